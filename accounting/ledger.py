@@ -1,0 +1,387 @@
+"""The ledger: what each pod is charged per device, and node and namespace totals.
+
+Layer: accounting (pure, in memory, not thread-safe: the usage recorder's store serialises
+access and journals every change). Every change is applied as a delta between the old and the
+new stored value of one pod, so add and remove are symmetric, totals never go negative, and
+replaying an update changes nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from accounting.errors import InvalidInputError, Violations
+from accounting.lifecycle import Decision, StoredPod, decide
+from accounting.model import (
+    NVIDIA_RESOURCES,
+    Device,
+    DeviceState,
+    DeviceUsage,
+    Pod,
+    QuotaItem,
+    VendorResources,
+)
+from accounting.pod import effective_usage
+from accounting.quota import check_usage
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerChange:
+    """One applied change: the pod's stored value before and after (None = not tracked)."""
+
+    before: StoredPod | None
+    after: StoredPod | None
+
+    @property
+    def namespace(self) -> str:
+        pod = self.after or self.before
+        return pod.namespace if pod else ""
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        names = {p.node_name for p in (self.before, self.after) if p is not None and p.node_name}
+        return tuple(sorted(names))
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOutcome:
+    """What RecordPod did."""
+
+    decision: Decision
+    message: str
+    stored: StoredPod | None
+    change: LedgerChange
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveOutcome:
+    """What Reserve did: reserved, or refused with a reason and nothing changed."""
+
+    reserved: bool
+    reason: str
+    message: str
+    stored: StoredPod | None
+    change: LedgerChange | None
+
+
+class ReserveReason:
+    """Stable reason codes of Reserve (capacity and unknown-device codes; quota codes come
+    from accounting.quota.QuotaReason)."""
+
+    RESERVED = "Reserved"
+    INSUFFICIENT_MEMORY = "CardInsufficientMemory"
+    INSUFFICIENT_CORE = "CardInsufficientCore"
+    SLOTS_EXHAUSTED = "CardTimeSlicingExhausted"
+    NO_GRANTS = "NoGrants"
+
+
+class Ledger:
+    """Per-pod stored usage with node and namespace totals kept by deltas."""
+
+    def __init__(self, vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,)) -> None:
+        self._vendors = {v.vendor: v for v in vendors}
+        self._pods: dict[str, StoredPod] = {}
+        # node -> uuid -> [memory_mib, core_percent, slots]
+        self._node_used: dict[str, dict[str, list[int]]] = {}
+        # namespace -> resource -> used
+        self._namespace_used: dict[str, dict[str, int]] = {}
+        # namespace -> resource -> limit (absent = no limit)
+        self._limits: dict[str, dict[str, int]] = {}
+        self._nodes: dict[str, tuple[Device, ...]] = {}
+        self.revision = 0
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def pod(self, uid: str) -> StoredPod | None:
+        return self._pods.get(uid)
+
+    def pods(self) -> Iterable[StoredPod]:
+        return self._pods.values()
+
+    def pod_uids(self) -> frozenset[str]:
+        return frozenset(self._pods)
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(self._nodes)
+
+    def node_devices(self, node_name: str) -> tuple[Device, ...] | None:
+        return self._nodes.get(node_name)
+
+    def node_states(self, node_name: str) -> tuple[DeviceState, ...] | None:
+        """The node's devices with what is charged on them; None if the node is not registered."""
+        devices = self._nodes.get(node_name)
+        if devices is None:
+            return None
+        used = self._node_used.get(node_name, {})
+        return tuple(
+            DeviceState(d, *used[d.uuid]) if d.uuid in used else DeviceState(d) for d in devices
+        )
+
+    def node_pod_uids(self, node_name: str) -> tuple[str, ...]:
+        return tuple(sorted(uid for uid, p in self._pods.items() if p.node_name == node_name))
+
+    def node_usage(self, node_name: str) -> dict[str, tuple[int, int, int]]:
+        """uuid -> (memory_mib, core_percent, slots) charged on a node, registered or not."""
+        return {uuid: (v[0], v[1], v[2]) for uuid, v in self._node_used.get(node_name, {}).items()}
+
+    def namespaces(self) -> tuple[str, ...]:
+        return tuple(sorted(set(self._namespace_used) | set(self._limits)))
+
+    def namespace_items(self, namespace: str) -> dict[str, QuotaItem]:
+        """resource -> QuotaItem for every resource with usage or a limit."""
+        used = self._namespace_used.get(namespace, {})
+        limits = self._limits.get(namespace, {})
+        return {
+            resource: QuotaItem(
+                resource, used.get(resource, 0), limits.get(resource, 0), resource in limits
+            )
+            for resource in sorted(set(used) | set(limits))
+        }
+
+    def limits(self, namespace: str) -> dict[str, int]:
+        return dict(self._limits.get(namespace, {}))
+
+    # -- changes ---------------------------------------------------------------------------
+
+    def record(self, pod: Pod) -> RecordOutcome:
+        """Applies the lifecycle rules to a pod's current state (idempotent upsert)."""
+        self._check_grants_on_node(pod)
+        previous = self._pods.get(pod.uid)
+        decision = decide(pod, previous)
+        change = self._apply(previous, decision.stored)
+        return RecordOutcome(decision.decision, decision.message, decision.stored, change)
+
+    def forget(self, uid: str) -> LedgerChange:
+        """Releases exactly what is stored for a pod (shrunk or not) and forgets it."""
+        return self._apply(self._pods.get(uid), None)
+
+    def restore(self, stored: StoredPod) -> LedgerChange:
+        """Puts a stored value back as it was acknowledged (journal replay)."""
+        return self._apply(self._pods.get(stored.uid), stored)
+
+    def reserve(self, pod: Pod, node_name: str) -> ReserveOutcome:
+        """Atomically re-checks capacity and quota for the pod's grants on a node, then records.
+
+        A reservation that exists for the same pod (a re-filter) is replaced: its usage does not
+        count against the new placement. Refusals change nothing.
+        """
+        if not pod.has_grants:
+            return ReserveOutcome(
+                False, ReserveReason.NO_GRANTS, "the pod has no grants to reserve", None, None
+            )
+        devices = self._nodes.get(node_name)
+        if devices is None:
+            raise InvalidInputError.single("node_name", f"node {node_name!r} is not registered")
+        self._check_grants_on_node(pod, node_name, path="container_grants")
+        usage = effective_usage(pod)
+        previous = self._pods.get(pod.uid)
+        refusal = self._capacity_refusal(node_name, devices, usage, previous)
+        if refusal is None:
+            refusal = self._quota_refusal(pod.namespace, usage, previous)
+        if refusal is not None:
+            return ReserveOutcome(False, refusal[0], refusal[1], previous, None)
+        stored = StoredPod(pod.uid, pod.namespace, pod.name, node_name, usage)
+        change = self._apply(previous, stored)
+        return ReserveOutcome(
+            True,
+            ReserveReason.RESERVED,
+            f"reserved {_describe(usage)} on {node_name}",
+            stored,
+            change,
+        )
+
+    def register_node(self, node_name: str, devices: Sequence[Device]) -> None:
+        """Registers or replaces a node's inventory; usage charged on it is kept."""
+        self._nodes[node_name] = tuple(devices)
+        self.revision += 1
+
+    def forget_node(self, node_name: str) -> None:
+        """Drops a node's inventory; pods charged on it keep their stored usage until forgotten."""
+        if self._nodes.pop(node_name, None) is not None:
+            self.revision += 1
+
+    def set_quota(self, namespace: str, limits: Mapping[str, int]) -> None:
+        """Replaces a namespace's limits (keyed by resource name); used amounts are kept."""
+        bad = Violations()
+        for resource, value in limits.items():
+            if value < 0:
+                bad.add(f"limits[{resource!r}]", f"must be >= 0, got {value}")
+        bad.raise_if_any()
+        if limits:
+            self._limits[namespace] = dict(limits)
+        else:
+            self._limits.pop(namespace, None)
+        self.revision += 1
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _check_grants_on_node(
+        self, pod: Pod, node_name: str | None = None, path: str = "pod.containers"
+    ) -> None:
+        """A grant for a UUID the (registered) node does not have is bad input."""
+        node = node_name or pod.node_name
+        devices = self._nodes.get(node)
+        if devices is None:
+            return  # The informer may see a pod before its node; accept what we cannot check.
+        known = {d.uuid for d in devices}
+        bad = Violations()
+        for index, container in enumerate(pod.containers):
+            for grant_index, grant in enumerate(container.grants):
+                if grant.uuid not in known:
+                    bad.add(
+                        f"{path}[{index}].grants[{grant_index}].uuid",
+                        f"node {node} has no device {grant.uuid}",
+                    )
+        bad.raise_if_any()
+
+    def _capacity_refusal(
+        self,
+        node_name: str,
+        devices: tuple[Device, ...],
+        usage: tuple[DeviceUsage, ...],
+        previous: StoredPod | None,
+    ) -> tuple[str, str] | None:
+        by_uuid = {d.uuid: d for d in devices}
+        used = self._node_used.get(node_name, {})
+        mine = (
+            {u.uuid: u for u in previous.usage}
+            if previous and previous.node_name == node_name
+            else {}
+        )
+        for entry in usage:
+            device = by_uuid[entry.uuid]
+            held = used.get(entry.uuid, [0, 0, 0])
+            own = mine.get(entry.uuid)
+            memory = held[0] - (own.memory_mib if own else 0)
+            cores = held[1] - (own.core_percent if own else 0)
+            slots = held[2] - (own.slots if own else 0)
+            if memory + entry.memory_mib > device.memory_total_mib:
+                return (
+                    ReserveReason.INSUFFICIENT_MEMORY,
+                    f"device {entry.uuid} on {node_name}: {entry.memory_mib} MiB requested, "
+                    f"{memory} MiB used of {device.memory_total_mib} MiB",
+                )
+            if cores + entry.core_percent > device.cores_total:
+                return (
+                    ReserveReason.INSUFFICIENT_CORE,
+                    f"device {entry.uuid} on {node_name}: {entry.core_percent}% cores requested, "
+                    f"{cores}% used of {device.cores_total}%",
+                )
+            if slots + entry.slots > device.slots_total:
+                return (
+                    ReserveReason.SLOTS_EXHAUSTED,
+                    f"device {entry.uuid} on {node_name}: {entry.slots} slots requested, "
+                    f"{slots} used of {device.slots_total}",
+                )
+        return None
+
+    def _quota_refusal(
+        self, namespace: str, usage: tuple[DeviceUsage, ...], previous: StoredPod | None
+    ) -> tuple[str, str] | None:
+        items = self.namespace_items(namespace)
+        if previous is not None and previous.namespace == namespace:
+            for vendor in self._vendors.values():
+                memory, cores, count = _vendor_totals(previous.usage, vendor)
+                for resource, amount in (
+                    (vendor.memory_resource, memory),
+                    (vendor.core_resource, cores),
+                    (vendor.count_resource, count),
+                ):
+                    if resource in items:
+                        item = items[resource]
+                        items[resource] = QuotaItem(
+                            resource, item.used - amount, item.limit, item.limit_set
+                        )
+        for vendor in self._vendors.values():
+            decision = check_usage(namespace, usage, items, vendor)
+            if not decision.allowed:
+                return decision.reason, decision.message
+        return None
+
+    def _apply(self, before: StoredPod | None, after: StoredPod | None) -> LedgerChange:
+        if after is not None:
+            after = _interned(after)
+        if before == after:
+            return LedgerChange(before, after)
+        if before is not None:
+            self._add_to_totals(before, sign=-1)
+            del self._pods[before.uid]
+        if after is not None:
+            self._add_to_totals(after, sign=+1)
+            self._pods[after.uid] = after
+        self.revision += 1
+        return LedgerChange(before, after)
+
+    def _add_to_totals(self, stored: StoredPod, sign: int) -> None:
+        node = self._node_used.setdefault(stored.node_name, {})
+        for entry in stored.usage:
+            vector = node.setdefault(entry.uuid, [0, 0, 0])
+            vector[0] += sign * entry.memory_mib
+            vector[1] += sign * entry.core_percent
+            vector[2] += sign * entry.slots
+            if vector == [0, 0, 0]:
+                del node[entry.uuid]
+        if not node:
+            del self._node_used[stored.node_name]
+        namespace = self._namespace_used.setdefault(stored.namespace, {})
+        for vendor in self._vendors.values():
+            memory, cores, count = _vendor_totals(stored.usage, vendor)
+            if count == 0:
+                continue
+            for resource, amount in (
+                (vendor.memory_resource, memory),
+                (vendor.core_resource, cores),
+                (vendor.count_resource, count),
+            ):
+                total = namespace.get(resource, 0) + sign * amount
+                if total:
+                    namespace[resource] = total
+                else:
+                    namespace.pop(resource, None)
+        if not namespace:
+            del self._namespace_used[stored.namespace]
+
+
+def _vendor_totals(usage: Iterable[DeviceUsage], vendor: VendorResources) -> tuple[int, int, int]:
+    memory = cores = count = 0
+    for entry in usage:
+        if entry.device_type == vendor.vendor:
+            memory += entry.memory_mib
+            cores += entry.core_percent
+            count += 1
+    return memory, cores, count
+
+
+def _interned(stored: StoredPod) -> StoredPod:
+    """Shares the strings that repeat across pods (namespace, node, UUID, type): a tracked pod
+    then costs little more than its own uid and name."""
+    return StoredPod(
+        stored.uid,
+        sys.intern(stored.namespace),
+        stored.name,
+        sys.intern(stored.node_name),
+        tuple(
+            DeviceUsage(
+                sys.intern(u.uuid), sys.intern(u.device_type), u.memory_mib, u.core_percent, u.slots
+            )
+            for u in stored.usage
+        ),
+        stored.init_released,
+        stored.terminal,
+    )
+
+
+def _describe(usage: Iterable[DeviceUsage]) -> str:
+    return (
+        ", ".join(f"{u.uuid} {u.memory_mib} MiB/{u.core_percent}%/{u.slots} slots" for u in usage)
+        or "nothing"
+    )

@@ -1,0 +1,197 @@
+"""The lifecycle decision: given what is stored for a pod and its current state, what is stored
+next.
+
+Layer: accounting (pure). The rules of the two design documents, in one place:
+
+* first sight: the collapsed effective usage, unless the regular init containers have already
+  finished (then the steady state straight away: HAMi re-charges the peak after a restart, its
+  gap §9.2.4, which we do not copy);
+* shrink: once every regular (non-sidecar) init container is Terminated with exit code 0, matched
+  to the spec by name, the stored usage becomes the steady state (sidecars stay counted, also
+  through a crash-loop's exit-0 gap, because the gate never looks at sidecars);
+* hold: a regular init container that exited non-zero keeps the init-inclusive usage (the pod may
+  restart it);
+* terminal phase (Succeeded/Failed): nothing is stored any more, and that is final;
+* deletion is the ledger's job: it subtracts exactly what is stored.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from accounting.model import (
+    ContainerClass,
+    ContainerState,
+    ContainerStatus,
+    DeviceUsage,
+    Pod,
+)
+from accounting.pod import usage_phases
+
+
+class Decision(enum.Enum):
+    """What the lifecycle decided for one update; the values are the stable reason codes."""
+
+    RECORDED = "Recorded"
+    """First sight: the collapsed effective usage is stored."""
+    RECORDED_STEADY_STATE = "RecordedSteadyState"
+    """First sight after the regular init containers finished: the steady state is stored."""
+    UPDATED = "Updated"
+    """The grants changed before the shrink: the new effective usage replaces the old."""
+    SHRUNK = "Shrunk"
+    """The regular init containers finished: the stored usage became the steady state."""
+    HELD = "Held"
+    """A regular init container exited non-zero: the init-inclusive usage is held."""
+    UNCHANGED = "Unchanged"
+    """Nothing the accounting depends on changed."""
+    RELEASED = "Released"
+    """The pod reached a terminal phase: nothing is stored any more."""
+    NOT_TRACKED = "NotTracked"
+    """The pod carries no device allocation; it is not accounted."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPod:
+    """What the ledger keeps for one pod."""
+
+    uid: str
+    namespace: str
+    name: str
+    node_name: str
+    usage: tuple[DeviceUsage, ...]
+    init_released: bool = False
+    """The shrink ran (HAMi's initContainerResourceReleased): later updates keep steady state."""
+    terminal: bool = False
+    """The pod reached Succeeded or Failed: its usage is zero for good."""
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleDecision:
+    """The outcome of one update: the next stored value and why."""
+
+    decision: Decision
+    stored: StoredPod | None
+    """None when the pod is not tracked (no allocation, never recorded)."""
+    message: str
+
+
+def _statuses_by_name(statuses: tuple[ContainerStatus, ...]) -> Mapping[str, ContainerStatus]:
+    return {status.name: status for status in statuses}
+
+
+def regular_init_gate_open(pod: Pod) -> bool:
+    """True when every regular init container is Terminated with exit code 0.
+
+    Statuses are matched to the spec by name; sidecars are ignored entirely, so a sidecar's
+    exit-0 gap can neither open nor close the gate. A pod with no entry in spec.initContainers
+    has nothing to release (False); a pod whose init containers are all sidecars passes at once.
+    """
+    init_list = [
+        c
+        for c in pod.containers
+        if c.container_class in (ContainerClass.INIT, ContainerClass.SIDECAR)
+    ]
+    if not init_list:
+        return False
+    statuses = _statuses_by_name(pod.init_container_statuses)
+    for container in init_list:
+        if container.container_class is not ContainerClass.INIT:
+            continue
+        status = statuses.get(container.name)
+        if status is None or status.state is not ContainerState.TERMINATED or status.exit_code != 0:
+            return False
+    return True
+
+
+def failed_regular_init(pod: Pod) -> str | None:
+    """The name of a regular init container that exited non-zero, if any (the hold rule)."""
+    statuses = _statuses_by_name(pod.init_container_statuses)
+    for container in pod.containers:
+        if container.container_class is not ContainerClass.INIT:
+            continue
+        status = statuses.get(container.name)
+        if (
+            status is not None
+            and status.state is ContainerState.TERMINATED
+            and status.exit_code != 0
+        ):
+            return container.name
+    return None
+
+
+def _stored(
+    pod: Pod,
+    usage: tuple[DeviceUsage, ...],
+    *,
+    released: bool,
+    terminal: bool = False,
+    previous: StoredPod | None = None,
+) -> StoredPod:
+    # The node never changes once recorded: a later update without it keeps the first one.
+    node_name = pod.node_name or (previous.node_name if previous else "")
+    return StoredPod(pod.uid, pod.namespace, pod.name, node_name, usage, released, terminal)
+
+
+def decide(pod: Pod, previous: StoredPod | None) -> LifecycleDecision:
+    """Decides what is stored for a pod after this update; replaying an update changes nothing."""
+    if previous is not None and previous.terminal:
+        return LifecycleDecision(
+            Decision.UNCHANGED, previous, "pod already reached a terminal phase"
+        )
+    if pod.phase.is_terminal:
+        if previous is None:
+            return LifecycleDecision(
+                Decision.NOT_TRACKED, None, f"pod is {pod.phase.value}: nothing to charge"
+            )
+        return LifecycleDecision(
+            Decision.RELEASED,
+            _stored(pod, (), released=previous.init_released, terminal=True, previous=previous),
+            f"pod is {pod.phase.value}: every container finished, usage released",
+        )
+    if not pod.has_grants:
+        if previous is None:
+            return LifecycleDecision(Decision.NOT_TRACKED, None, "pod carries no device allocation")
+        return LifecycleDecision(
+            Decision.UNCHANGED,
+            previous,
+            "update carries no device allocation; keeping what is stored",
+        )
+
+    phases = usage_phases(pod.containers)
+    gate_open = regular_init_gate_open(pod)
+    if previous is None:
+        if gate_open:
+            return LifecycleDecision(
+                Decision.RECORDED_STEADY_STATE,
+                _stored(pod, phases.steady, released=True),
+                "regular init containers already finished: recorded at steady state",
+            )
+        return LifecycleDecision(
+            Decision.RECORDED,
+            _stored(pod, phases.effective, released=False),
+            "recorded the effective usage (init-phase peak vs sidecars + apps)",
+        )
+    if previous.init_released:
+        return LifecycleDecision(Decision.UNCHANGED, previous, "init share already released")
+    if gate_open:
+        return LifecycleDecision(
+            Decision.SHRUNK,
+            _stored(pod, phases.steady, released=True, previous=previous),
+            "every regular init container exited 0: shrunk to sidecars + apps",
+        )
+    failed = failed_regular_init(pod)
+    if phases.effective != previous.usage:
+        return LifecycleDecision(
+            Decision.UPDATED,
+            _stored(pod, phases.effective, released=False, previous=previous),
+            "device allocation changed: recorded the new effective usage",
+        )
+    if failed is not None:
+        return LifecycleDecision(
+            Decision.HELD,
+            previous,
+            f"init container {failed} exited non-zero: holding the init-inclusive usage",
+        )
+    return LifecycleDecision(Decision.UNCHANGED, previous, "regular init containers still running")

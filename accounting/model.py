@@ -1,0 +1,243 @@
+"""Domain model of the accounting: pure values, standard library only.
+
+Layer: accounting (pure). Every type here is a frozen dataclass or an enum; quantities are
+integers with their unit in the name (memory in MiB, cores in percent of one device, slots in
+concurrent tasks). Adapters (services/, the Kubernetes pod parser, the HAMi wire codec) build
+these values; the rules in pod.py, lifecycle.py, quota.py, fit.py and ledger.py consume them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+# Vendor keyword HAMi writes into hami.io/vgpu-devices-allocated for NVIDIA devices.
+NVIDIA = "NVIDIA"
+
+# Pod annotation that carries a pod's W3C trace context from the quota check onwards.
+TRACEPARENT_ANNOTATION = "hami.io/traceparent"
+
+
+class ContainerClass(enum.Enum):
+    """Which of the three Kubernetes container kinds a container is."""
+
+    INIT = "init"
+    """A regular init container: runs to completion, one at a time, before the apps."""
+    SIDECAR = "sidecar"
+    """A native sidecar (an init container with restartPolicy Always): runs for the pod's life."""
+    APP = "app"
+    """An entry of spec.containers."""
+
+
+class ContainerState(enum.Enum):
+    """The state of one container as the kubelet reports it."""
+
+    UNKNOWN = "unknown"
+    WAITING = "waiting"
+    RUNNING = "running"
+    TERMINATED = "terminated"
+
+
+class PodPhase(enum.Enum):
+    """status.phase; Succeeded and Failed are terminal."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Succeeded and Failed never transition again: nothing in the pod uses a GPU."""
+        return self in (PodPhase.SUCCEEDED, PodPhase.FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class VendorResources:
+    """How one vendor's requests are named and sized (HAMi's ResourceNames plus defaults)."""
+
+    vendor: str = NVIDIA
+    count_resource: str = "nvidia.com/gpu"
+    memory_resource: str = "nvidia.com/gpumem"
+    memory_percentage_resource: str = "nvidia.com/gpumem-percentage"
+    core_resource: str = "nvidia.com/gpucores"
+    memory_factor: int = 1
+    """Memory requests are multiplied by this (HAMi's memoryFactor; chart default 1)."""
+    default_memory_mib: int = 0
+    """Memory given to a container that asks for neither MiB nor a percentage (0: whole card)."""
+    default_core_percent: int = 0
+    default_gpu_count: int = 1
+
+    @property
+    def quota_memory_key(self) -> str:
+        """The ResourceQuota key HAMi reads for this vendor's memory."""
+        return f"limits.{self.memory_resource}"
+
+    @property
+    def quota_core_key(self) -> str:
+        """The ResourceQuota key HAMi reads for this vendor's cores."""
+        return f"limits.{self.core_resource}"
+
+    @property
+    def quota_count_key(self) -> str:
+        """The ResourceQuota key for this vendor's device count (our extension)."""
+        return f"limits.{self.count_resource}"
+
+
+NVIDIA_RESOURCES = VendorResources()
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """One container's request for devices of one vendor (HAMi's ContainerDeviceRequest)."""
+
+    vendor: str
+    count: int
+    """Number of physical devices; 0 means no request."""
+    memory_mib: int = 0
+    """Memory per device in MiB as written, before the memory factor; 0 for a percentage."""
+    memory_percent: int = 0
+    """Memory per device as a percentage of the chosen card, 1..100; 0 means not set."""
+    core_percent: int = 0
+    """Compute per device, percent."""
+
+    @property
+    def memory_sized_at_scheduling(self) -> bool:
+        """True when the memory is a share of a card, known only once a card is chosen."""
+        return self.memory_mib == 0 and self.memory_percent > 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceGrant:
+    """One physical device given to one container (one entry of vgpu-devices-allocated)."""
+
+    uuid: str
+    device_type: str
+    """Vendor keyword written in the annotation, e.g. NVIDIA."""
+    memory_mib: int
+    core_percent: int
+    slots: int = 0
+    """Sharing slots this grant stands for; 0 on a raw grant, which counts as one."""
+
+    @property
+    def slot_weight(self) -> int:
+        """How many slots the grant occupies: a raw grant (0) still takes one."""
+        return max(self.slots, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUsage:
+    """Usage charged on one physical device (per pod, node or namespace)."""
+
+    uuid: str
+    device_type: str
+    memory_mib: int
+    core_percent: int
+    slots: int
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    """One container of a pod, in declaration order."""
+
+    name: str
+    container_class: ContainerClass
+    requests: tuple[DeviceRequest, ...] = ()
+    grants: tuple[DeviceGrant, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerStatus:
+    """The reported status of one container, matched to the spec by name."""
+
+    name: str
+    state: ContainerState
+    exit_code: int = 0
+    restart_count: int = 0
+
+
+def _frozen_mapping(values: Mapping[str, str] | None = None) -> Mapping[str, str]:
+    return MappingProxyType(dict(values or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """A pod as the accounting sees it.
+
+    Containers are in declaration order: spec.initContainers (regular init containers and
+    sidecars interleaved as declared), then spec.containers. That order is also the position
+    order of hami.io/vgpu-devices-allocated.
+    """
+
+    uid: str
+    namespace: str
+    name: str
+    containers: tuple[Container, ...]
+    phase: PodPhase = PodPhase.PENDING
+    init_container_statuses: tuple[ContainerStatus, ...] = ()
+    container_statuses: tuple[ContainerStatus, ...] = ()
+    node_name: str = ""
+    annotations: Mapping[str, str] = field(default_factory=_frozen_mapping)
+    terminating: bool = False
+    """metadata.deletionTimestamp is set; the pod still holds its devices until it is gone."""
+
+    def __post_init__(self) -> None:
+        # A read-only view keeps the frozen promise for the one mapping field.
+        if not isinstance(self.annotations, MappingProxyType):
+            object.__setattr__(self, "annotations", _frozen_mapping(self.annotations))
+
+    @property
+    def has_grants(self) -> bool:
+        """True once the pod carries a device allocation (it is tracked for accounting)."""
+        return any(container.grants for container in self.containers)
+
+    @property
+    def key(self) -> str:
+        """namespace/name, for messages."""
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One device installed on a node (an element of hami.io/node-nvidia-register)."""
+
+    uuid: str
+    device_type: str
+    """Device model, e.g. NVIDIA A10."""
+    index: int
+    slots_total: int
+    """Sharing slots (deviceSplitCount)."""
+    memory_total_mib: int
+    cores_total: int
+    numa: int = 0
+    mode: str = "hami-core"
+    healthy: bool = True
+    vendor: str = NVIDIA
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceState:
+    """A device's capacity and what is charged on it now."""
+
+    device: Device
+    memory_used_mib: int = 0
+    cores_used: int = 0
+    slots_used: int = 0
+
+    @property
+    def memory_free_mib(self) -> int:
+        return self.device.memory_total_mib - self.memory_used_mib
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaItem:
+    """One quota dimension of a namespace (HAMi's QuotaManager entry)."""
+
+    resource: str
+    """nvidia.com/gpumem (MiB), nvidia.com/gpucores (percent) or nvidia.com/gpu (devices)."""
+    used: int = 0
+    limit: int = 0
+    limit_set: bool = False

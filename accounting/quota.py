@@ -1,0 +1,191 @@
+"""The namespace quota check, with HAMi's semantics.
+
+Layer: accounting (pure). A "no" is a value with a reason and the numbers, never an exception.
+
+* the boundary is inclusive: used + requested == limit passes;
+* an explicit limit of 0 blocks any positive request (HAMi #2313);
+* memory: the request already carries the memory factor, so the limit is multiplied by the
+  factor (when > 1) — HAMi's FitQuota, equal to applying the factor once to the effective value;
+* the GPU count is computed and reported; it is enforced only when asked to (our extension of
+  HAMi, whose quota has no count dimension).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from accounting.model import NVIDIA_RESOURCES, DeviceUsage, QuotaItem, VendorResources
+from accounting.pod import EffectiveRequest, usage_totals
+
+
+class QuotaReason(enum.Enum):
+    """Stable reason codes of a quota decision."""
+
+    FITS = "QuotaFits"
+    NO_GPU_REQUEST = "NoGpuRequest"
+    MEMORY_EXCEEDED = "MemoryQuotaExceeded"
+    CORES_EXCEEDED = "CoreQuotaExceeded"
+    COUNT_EXCEEDED = "GpuCountQuotaExceeded"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaCheckItem:
+    """One dimension as the check saw it."""
+
+    resource: str
+    requested: int
+    used: int
+    limit: int
+    """The limit as compared (memory: limit × memory factor when the factor > 1)."""
+    limit_set: bool
+    enforced: bool
+
+    @property
+    def exceeded(self) -> bool:
+        return self.enforced and self.limit_set and self.used + self.requested > self.limit
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaDecision:
+    """Whether a request fits a namespace's quota, with a reason code and a sentence."""
+
+    allowed: bool
+    reason: str
+    message: str
+    items: tuple[QuotaCheckItem, ...] = ()
+
+
+_REASON_BY_DIMENSION = {
+    "memory": QuotaReason.MEMORY_EXCEEDED,
+    "cores": QuotaReason.CORES_EXCEEDED,
+    "count": QuotaReason.COUNT_EXCEEDED,
+}
+
+
+def _decide(
+    namespace: str,
+    dimensions: Sequence[tuple[str, str, int, int]],
+    items: Mapping[str, QuotaItem],
+    enforced_dimensions: frozenset[str],
+) -> QuotaDecision:
+    checked: list[QuotaCheckItem] = []
+    first_reason: QuotaReason | None = None
+    for dimension, resource, requested, factor in dimensions:
+        item = items.get(resource, QuotaItem(resource))
+        limit = item.limit * factor if factor > 1 else item.limit
+        check = QuotaCheckItem(
+            resource, requested, item.used, limit, item.limit_set, dimension in enforced_dimensions
+        )
+        checked.append(check)
+        if check.exceeded and first_reason is None:
+            first_reason = _REASON_BY_DIMENSION[dimension]
+    if first_reason is None:
+        summary = ", ".join(
+            f"{c.resource} {c.used} + {c.requested} <= {c.limit}"
+            if c.limit_set
+            else f"{c.resource} {c.requested} (no limit)"
+            for c in checked
+            if c.enforced
+        )
+        return QuotaDecision(
+            True,
+            QuotaReason.FITS.value,
+            f"namespace {namespace} quota fits: {summary}",
+            tuple(checked),
+        )
+    exceeded = "; ".join(
+        f"{c.resource}: requested {c.requested}, already used {c.used}, limit {c.limit}"
+        for c in checked
+        if c.exceeded
+    )
+    return QuotaDecision(
+        False,
+        first_reason.value,
+        f"namespace {namespace} quota exceeded: {exceeded}",
+        tuple(checked),
+    )
+
+
+def check_quota(
+    namespace: str,
+    request: EffectiveRequest,
+    items: Mapping[str, QuotaItem],
+    vendor: VendorResources = NVIDIA_RESOURCES,
+    *,
+    enforce_gpu_count: bool = False,
+) -> QuotaDecision:
+    """Checks a pod's effective request (see accounting.pod.effective_request) against its
+    namespace's quota items (keyed by resource name, e.g. nvidia.com/gpumem)."""
+    if request.is_empty:
+        return QuotaDecision(
+            True,
+            QuotaReason.NO_GPU_REQUEST.value,
+            f"pod asks for no {vendor.vendor} device: nothing to check",
+        )
+    enforced = {"memory", "cores"} | ({"count"} if enforce_gpu_count else set())
+    if request.memory_mib == 0 and request.core_percent == 0:
+        # HAMi skips memory and cores when both are 0 (memory given as a share of a card): the
+        # scheduler re-checks with real card sizes once a card is chosen.
+        enforced -= {"memory", "cores"}
+    return _decide(
+        namespace,
+        (
+            ("memory", vendor.memory_resource, request.memory_mib, vendor.memory_factor),
+            ("cores", vendor.core_resource, request.core_percent, 1),
+            ("count", vendor.count_resource, request.count, 1),
+        ),
+        items,
+        frozenset(enforced),
+    )
+
+
+def check_usage(
+    namespace: str,
+    usage: Sequence[DeviceUsage],
+    items: Mapping[str, QuotaItem],
+    vendor: VendorResources = NVIDIA_RESOURCES,
+    *,
+    enforce_gpu_count: bool = False,
+) -> QuotaDecision:
+    """Checks per-device usage a pod would add (its collapsed grants, memory factor already in
+    the granted MiB) against its namespace's quota: the scheduler's re-check with real card
+    sizes and the recorder's atomic re-check in Reserve."""
+    memory_mib, core_percent, devices = usage_totals(
+        u for u in usage if u.device_type == vendor.vendor
+    )
+    request = EffectiveRequest(vendor.vendor, devices, memory_mib, core_percent, False)
+    if request.is_empty:
+        return QuotaDecision(
+            True,
+            QuotaReason.NO_GPU_REQUEST.value,
+            f"pod holds no {vendor.vendor} device: nothing to check",
+        )
+    enforced = {"memory", "cores"} | ({"count"} if enforce_gpu_count else set())
+    return _decide(
+        namespace,
+        (
+            ("memory", vendor.memory_resource, memory_mib, vendor.memory_factor),
+            ("cores", vendor.core_resource, core_percent, 1),
+            ("count", vendor.count_resource, devices, 1),
+        ),
+        items,
+        frozenset(enforced),
+    )
+
+
+def quota_items_from_limits(
+    limits: Mapping[str, int], vendor: VendorResources = NVIDIA_RESOURCES
+) -> dict[str, int]:
+    """Maps ResourceQuota-style keys (limits.nvidia.com/gpumem) to resource names.
+
+    Only the keys HAMi manages are kept (limits.-prefixed memory and cores, plus the count as our
+    extension); callers that must refuse unknown keys compare the result's size with the input.
+    """
+    known = {
+        vendor.quota_memory_key: vendor.memory_resource,
+        vendor.quota_core_key: vendor.core_resource,
+        vendor.quota_count_key: vendor.count_resource,
+    }
+    return {known[key]: value for key, value in limits.items() if key in known}

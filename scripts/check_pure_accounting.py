@@ -1,0 +1,30 @@
+"""Proves accounting/ imports with no third-party package at all.
+
+import-linter checks the import graph statically; this runs the package in a fresh
+interpreter started with -S (no site-packages), so grpc, protobuf, kubernetes and
+opentelemetry cannot be imported even by accident at run time.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PROBE = """
+import sys
+sys.path.insert(0, {root!r})
+import pkgutil, importlib
+import accounting
+for module in pkgutil.walk_packages(accounting.__path__, "accounting."):
+    importlib.import_module(module.name)
+for banned in ("grpc", "google", "kubernetes", "opentelemetry"):
+    assert banned not in sys.modules, banned
+print("accounting imports with the standard library only")
+"""
+
+if __name__ == "__main__":
+    result = subprocess.run([sys.executable, "-S", "-c", PROBE.format(root=str(ROOT))], check=False)
+    sys.exit(result.returncode)
