@@ -1,0 +1,294 @@
+"""gRPC server bootstrap shared by the three daemons, and the client channel they use.
+
+Layer: services (runtime). ``build_server`` gives every daemon the same shape: a synchronous
+``grpc.server`` on a thread pool; the OpenTelemetry server interceptor with an *explicit* tracer
+provider (never the global monkey-patch); a Prometheus latency interceptor; standard health
+(grpcio-health-checking) and reflection (grpcio-reflection); plaintext, TLS or mutual TLS; and
+message size limits. ``run_until_signalled`` turns SIGTERM/SIGINT into a graceful stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from types import FrameType
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from opentelemetry.instrumentation.grpc import client_interceptor, grpcext, server_interceptor
+from opentelemetry.sdk.trace import TracerProvider
+
+from services.common.config import TlsConfig, parse_host_port
+from services.common.metrics import LatencyInterceptor
+
+_LOG = logging.getLogger(__name__)
+
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+DEFAULT_GRACE_S = 5.0
+
+# The daemon name used as the metrics ``service`` label, by the gRPC service it serves.
+_DAEMON_BY_SERVICE = {
+    "hami.accounting.v1.Admission": "admission",
+    "hami.accounting.v1.Scheduler": "scheduler",
+    "hami.accounting.v1.UsageRecorder": "usage",
+}
+
+# Addresses that listen everywhere; a local client reaches them through the loopback address.
+_WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
+
+
+class ServerStartError(RuntimeError):
+    """The server cannot start, typically because its address cannot be bound."""
+
+
+def _message_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+    ]
+
+
+class ServerHandle:
+    """A started server with its health servicer; stop it with ``stop`` (idempotent)."""
+
+    def __init__(
+        self,
+        *,
+        server: grpc.Server,
+        port: int,
+        health_servicer: health.HealthServicer,
+        service_names: Sequence[str],
+        listen_addr: str,
+        executor: futures.ThreadPoolExecutor,
+    ) -> None:
+        self.server = server
+        self.port = port
+        """The bound port (the real one when listen_addr asked for port 0)."""
+        self.health = health_servicer
+        self.service_names = tuple(service_names)
+        self.listen_addr = listen_addr
+        self._executor = executor
+        self._stopped = threading.Event()
+        self._stop_lock = threading.Lock()
+
+    @property
+    def target(self) -> str:
+        """An address a client on this machine can dial, e.g. ``127.0.0.1:50053``."""
+        host, _ = parse_host_port(self.listen_addr)
+        if host in _WILDCARD_HOSTS:
+            host = "127.0.0.1"
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"{host}:{self.port}"
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def set_serving(self, serving: bool) -> None:
+        """Sets the overall ("") health status and each registered service's."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", *self.service_names):
+            self.health.set(name, status)
+
+    def stop(self, grace_s: float = DEFAULT_GRACE_S) -> None:
+        """Reports NOT_SERVING, lets in-flight calls finish for up to ``grace_s``, then stops."""
+        with self._stop_lock:
+            if self._stopped.is_set():
+                return
+            # Health watchers (kubelet, load balancers) learn first, so no new calls arrive.
+            self.health.enter_graceful_shutdown()
+            self.server.stop(grace_s).wait()
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._stopped.set()
+
+    def wait(self) -> None:
+        """Blocks until the server has terminated."""
+        self.server.wait_for_termination()
+
+
+def build_server(
+    *,
+    service_names: Sequence[str],
+    register: Callable[[grpc.Server], None],
+    listen_addr: str,
+    tls: TlsConfig | None = None,
+    tracer_provider: TracerProvider | None = None,
+    max_workers: int = 16,
+    serving: bool = True,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    metrics_service: str | None = None,
+) -> ServerHandle:
+    """Builds, binds and starts a daemon's gRPC server.
+
+    Args:
+        service_names: full names of the services ``register`` adds, e.g.
+            ``hami.accounting.v1.UsageRecorder``; each gets a health status and reflection.
+        register: adds the servicers, e.g. ``lambda s: add_UsageRecorderServicer_to_server(x, s)``.
+        listen_addr: ``host:port``; port 0 binds a free port (see ``ServerHandle.port``).
+        tls: server certificate; with a CA, clients must present a certificate (mutual TLS).
+        tracer_provider: traces every call when given; None traces nothing.
+        max_workers: threads serving calls; each open server stream holds one.
+        serving: initial health status (the usage recorder starts NOT_SERVING until its first
+            Kubernetes sync, then calls ``set_serving(True)``).
+        max_message_bytes: limit for received and sent messages.
+        metrics_service: ``service`` label of the latency metric; derived from service_names
+            (admission, scheduler, usage) when None.
+
+    Raises:
+        ServerStartError: the address cannot be bound or the certificates cannot be read.
+    """
+    interceptors: list[grpc.ServerInterceptor[Any, Any]] = []
+    if tracer_provider is not None:
+        # Outermost, so the server span covers the whole call, metrics included.
+        interceptors.append(
+            server_interceptor(tracer_provider=tracer_provider)  # type: ignore[no-untyped-call]
+        )
+    interceptors.append(LatencyInterceptor(metrics_service or _daemon_name(service_names)))
+
+    executor = futures.ThreadPoolExecutor(max_workers=max_workers,
+                                          thread_name_prefix="grpc-server")
+    options = [
+        *_message_options(max_message_bytes),
+        # Without this a second server on the same port binds too (SO_REUSEPORT) and the two
+        # share traffic silently; a daemon must fail instead.
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.server(executor, interceptors=interceptors, options=options)
+
+    register(server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+
+    try:
+        port = _bind(server, listen_addr, tls)
+    except BaseException:
+        executor.shutdown(wait=False)
+        raise
+    handle = ServerHandle(
+        server=server,
+        port=port,
+        health_servicer=health_servicer,
+        service_names=service_names,
+        listen_addr=listen_addr,
+        executor=executor,
+    )
+    handle.set_serving(serving)
+    server.start()
+    _LOG.info("gRPC server listening", extra={"listen_addr": listen_addr, "port": port,
+                                              "tls": _tls_mode(tls)})
+    return handle
+
+
+def _daemon_name(service_names: Sequence[str]) -> str:
+    for name in service_names:
+        if name in _DAEMON_BY_SERVICE:
+            return _DAEMON_BY_SERVICE[name]
+    return service_names[0].rsplit(".", 1)[-1].lower() if service_names else "unknown"
+
+
+def _tls_mode(tls: TlsConfig | None) -> str:
+    if tls is None:
+        return "off"
+    return "mutual" if tls.mutual else "server"
+
+
+def _bind(server: grpc.Server, listen_addr: str, tls: TlsConfig | None) -> int:
+    try:
+        parse_host_port(listen_addr)
+    except ValueError as error:
+        raise ServerStartError(f"listen address {error}") from None
+    try:
+        if tls is None:
+            port = server.add_insecure_port(listen_addr)
+        else:
+            credentials = grpc.ssl_server_credentials(
+                [(tls.read_key(), tls.read_cert())],
+                root_certificates=tls.read_ca(),
+                require_client_auth=tls.mutual,
+            )
+            port = server.add_secure_port(listen_addr, credentials)
+    except OSError as error:
+        raise ServerStartError(f"cannot read TLS files: {error}") from None
+    except RuntimeError as error:
+        raise ServerStartError(
+            f"cannot listen on {listen_addr} (address in use or not available here): {error}"
+        ) from None
+    if port == 0:
+        # Older grpcio reports a failed bind by returning 0 instead of raising.
+        raise ServerStartError(
+            f"cannot listen on {listen_addr} (address in use or not available here)"
+        )
+    return port
+
+
+def client_channel(
+    target: str,
+    *,
+    tls: TlsConfig | None = None,
+    tracer_provider: TracerProvider | None = None,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> grpc.Channel:
+    """A channel to another daemon, traced with ``tracer_provider`` when given.
+
+    With ``tls``, the server is verified against its CA (the system roots when the CA is None)
+    and the daemon's own certificate is presented (needed when the server runs mutual TLS).
+    """
+    options = _message_options(max_message_bytes)
+    if tls is None:
+        channel = grpc.insecure_channel(target, options=options)
+    else:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=tls.read_ca(),
+            private_key=tls.read_key(),
+            certificate_chain=tls.read_cert(),
+        )
+        channel = grpc.secure_channel(target, credentials, options=options)
+    if tracer_provider is None:
+        return channel
+    interceptor = client_interceptor(tracer_provider=tracer_provider)  # type: ignore[no-untyped-call]
+    # The OTel client interceptor implements OTel's own interceptor API, not grpc's.
+    traced: grpc.Channel = grpcext.intercept_channel(channel, interceptor)  # type: ignore[no-untyped-call]
+    return traced
+
+
+def run_until_signalled(
+    handle: ServerHandle,
+    on_stop: Callable[[], None] | None = None,
+    grace_s: float = DEFAULT_GRACE_S,
+) -> None:
+    """Serves until SIGTERM or SIGINT (or until the server is stopped elsewhere), then stops.
+
+    Stopping reports NOT_SERVING, drains in-flight calls for up to ``grace_s``, then calls
+    ``on_stop`` (flush the tracer provider, close the journal). Must run in the main thread.
+    """
+    received = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        _LOG.info("stopping on %s", signal.Signals(signum).name)
+        received.set()
+
+    watched = (signal.SIGTERM, signal.SIGINT)
+    previous = {signum: signal.signal(signum, on_signal) for signum in watched}
+    try:
+        # A bounded wait, so a server stopped by another thread also ends the loop.
+        while not received.wait(0.5) and not handle.stopped:
+            pass
+        handle.stop(grace_s)
+        if on_stop is not None:
+            on_stop()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

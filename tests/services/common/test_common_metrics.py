@@ -1,0 +1,67 @@
+"""Prometheus metrics: the helper functions and the /metrics endpoint."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+import pytest
+
+from services.common import metrics
+
+
+def _value(name: str, labels: dict[str, str]) -> float | None:
+    return metrics.prometheus_client.REGISTRY.get_sample_value(name, labels)
+
+
+def test_decisions_are_counted_by_service_decision_and_reason() -> None:
+    labels = {"service": "metrics-test", "decision": "deny", "reason": "MEMORY_QUOTA_EXCEEDED"}
+    before = _value("hami_accounting_decisions_total", labels) or 0.0
+    metrics.record_decision("metrics-test", "deny", "MEMORY_QUOTA_EXCEEDED")
+    metrics.record_decision("metrics-test", "deny", "MEMORY_QUOTA_EXCEEDED")
+    assert _value("hami_accounting_decisions_total", labels) == before + 2
+
+
+def test_ledger_totals_are_set_and_removed() -> None:
+    labels = {"scope": "node", "name": "metrics-test-node"}
+    metrics.set_ledger_total("node", "metrics-test-node", memory_mib=12288, core_percent=150)
+    assert _value("hami_accounting_ledger_memory_used_mib", labels) == 12288
+    assert _value("hami_accounting_ledger_cores_used", labels) == 150
+    metrics.remove_ledger_total("node", "metrics-test-node")
+    metrics.remove_ledger_total("node", "metrics-test-node")  # absent: no error
+    assert _value("hami_accounting_ledger_memory_used_mib", labels) is None
+
+
+def test_ledger_scope_must_be_node_or_namespace() -> None:
+    with pytest.raises(ValueError, match="scope"):
+        metrics.set_ledger_total("cluster", "x", 1, 1)
+
+
+def test_journal_writes_are_observed() -> None:
+    before = _value("hami_accounting_journal_write_seconds_count", {}) or 0.0
+    metrics.observe_journal_write(0.002)
+    assert _value("hami_accounting_journal_write_seconds_count", {}) == before + 1
+
+
+def test_metrics_endpoint_serves_the_metrics_on_a_free_port() -> None:
+    metrics.record_decision("metrics-test", "allow", "WITHIN_QUOTA")
+    port = metrics.start_metrics_server("127.0.0.1:0")
+    assert port is not None and port > 0
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        body = response.read().decode()
+    assert ('hami_accounting_decisions_total{decision="allow",reason="WITHIN_QUOTA",'
+            'service="metrics-test"}') in body
+    assert "# TYPE hami_accounting_rpc_duration_seconds histogram" in body
+
+
+def test_metrics_endpoint_off_does_nothing() -> None:
+    assert metrics.start_metrics_server(None) is None
+
+
+def test_metrics_port_in_use_is_a_clear_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(metrics.MetricsError, match=f"cannot serve metrics on 127.0.0.1:{port}"):
+            metrics.start_metrics_server(f"127.0.0.1:{port}")
