@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from accounting.errors import InvalidInputError, Violations
 from accounting.lifecycle import Decision, StoredPod, decide
@@ -57,6 +57,9 @@ class RecordOutcome:
     message: str
     stored: StoredPod | None
     change: LedgerChange
+    overcommitted: tuple[str, ...] = ()
+    """UUIDs on the pod's node charged beyond their capacity after this change (an init re-run
+    whose capacity was handed out meanwhile: recorded anyway, because it is real)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +161,26 @@ class Ledger:
         previous = self._pods.get(pod.uid)
         decision = decide(pod, previous)
         change = self._apply(previous, decision.stored)
-        return RecordOutcome(decision.decision, decision.message, decision.stored, change)
+        overcommitted = self._overcommitted(decision.stored) if change.changed else ()
+        return RecordOutcome(
+            decision.decision, decision.message, decision.stored, change, overcommitted
+        )
+
+    def _overcommitted(self, stored: StoredPod | None) -> tuple[str, ...]:
+        if stored is None or not stored.usage:
+            return ()
+        states = self.node_states(stored.node_name) or ()
+        mine = {u.uuid for u in stored.usage}
+        return tuple(
+            state.device.uuid
+            for state in states
+            if state.device.uuid in mine
+            and (
+                state.memory_used_mib > state.device.memory_total_mib
+                or state.cores_used > state.device.cores_total
+                or state.slots_used > state.device.slots_total
+            )
+        )
 
     def forget(self, uid: str) -> LedgerChange:
         """Releases exactly what is stored for a pod (shrunk or not) and forgets it."""
@@ -364,19 +386,16 @@ def _vendor_totals(usage: Iterable[DeviceUsage], vendor: VendorResources) -> tup
 def _interned(stored: StoredPod) -> StoredPod:
     """Shares the strings that repeat across pods (namespace, node, UUID, type): a tracked pod
     then costs little more than its own uid and name."""
-    return StoredPod(
-        stored.uid,
-        sys.intern(stored.namespace),
-        stored.name,
-        sys.intern(stored.node_name),
-        tuple(
+    return replace(
+        stored,
+        namespace=sys.intern(stored.namespace),
+        node_name=sys.intern(stored.node_name),
+        usage=tuple(
             DeviceUsage(
                 sys.intern(u.uuid), sys.intern(u.device_type), u.memory_mib, u.core_percent, u.slots
             )
             for u in stored.usage
         ),
-        stored.init_released,
-        stored.terminal,
     )
 
 

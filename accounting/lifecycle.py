@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from accounting.model import (
     ContainerClass,
@@ -28,7 +28,7 @@ from accounting.model import (
     DeviceUsage,
     Pod,
 )
-from accounting.pod import usage_phases
+from accounting.pod import remaining_usage
 
 
 class Decision(enum.Enum):
@@ -38,6 +38,10 @@ class Decision(enum.Enum):
     """First sight: the collapsed effective usage is stored."""
     RECORDED_STEADY_STATE = "RecordedSteadyState"
     """First sight after the regular init containers finished: the steady state is stored."""
+    PARTIALLY_RELEASED = "PartiallyReleased"
+    """Some regular init containers finished: their share is released, the rest is held."""
+    RERUN_RESTORED = "InitRerunRestored"
+    """The kubelet is running the init containers again: init-inclusive usage is restored."""
     UPDATED = "Updated"
     """The grants changed before the shrink: the new effective usage replaces the old."""
     SHRUNK = "Shrunk"
@@ -65,6 +69,10 @@ class StoredPod:
     """The shrink ran (HAMi's initContainerResourceReleased): later updates keep steady state."""
     terminal: bool = False
     """The pod reached Succeeded or Failed: its usage is zero for good."""
+    init_progress: int = 0
+    """How many regular init containers are known finished (their share is released)."""
+    init_restarts: int = 0
+    """Σ restartCount of the regular init containers when last seen (detects a re-run)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,21 +129,75 @@ def failed_regular_init(pod: Pod) -> str | None:
     return None
 
 
+def regular_init_progress(pod: Pod) -> int:
+    """How many regular init containers are known finished, in declaration order.
+
+    They run one after another, so once regular init container k has exited 0 every one before
+    it is done too (progressive release, the init design's TODO).
+    """
+    statuses = _statuses_by_name(pod.init_container_statuses)
+    regular = [c for c in pod.containers if c.container_class is ContainerClass.INIT]
+    done = 0
+    for index, container in enumerate(regular, start=1):
+        status = statuses.get(container.name)
+        if (
+            status is not None
+            and status.state is ContainerState.TERMINATED
+            and not status.exit_code
+        ):
+            done = index
+    return done
+
+
+def regular_init_restarts(pod: Pod) -> int:
+    """Σ restartCount of the regular init containers: it grows when the kubelet runs them again
+    (a re-created sandbox), never when an older status is replayed."""
+    regular = {c.name for c in pod.containers if c.container_class is ContainerClass.INIT}
+    return sum(s.restart_count for s in pod.init_container_statuses if s.name in regular)
+
+
+def _first_unfinished_position(pod: Pod, progress: int) -> int:
+    """The container position of the first regular init container not known finished."""
+    seen = 0
+    for position, container in enumerate(pod.containers):
+        if container.container_class is ContainerClass.INIT:
+            if seen == progress:
+                return position
+            seen += 1
+    return len(pod.containers)
+
+
+def _held_usage(pod: Pod, progress: int) -> tuple[DeviceUsage, ...]:
+    """What the pod can still use once `progress` regular init containers have finished."""
+    return remaining_usage(pod, _first_unfinished_position(pod, progress))
+
+
 def _stored(
     pod: Pod,
     usage: tuple[DeviceUsage, ...],
     *,
     released: bool,
+    progress: int,
+    restarts: int,
     terminal: bool = False,
     previous: StoredPod | None = None,
 ) -> StoredPod:
     # The node never changes once recorded: a later update without it keeps the first one.
     node_name = pod.node_name or (previous.node_name if previous else "")
-    return StoredPod(pod.uid, pod.namespace, pod.name, node_name, usage, released, terminal)
+    return StoredPod(
+        pod.uid, pod.namespace, pod.name, node_name, usage, released, terminal, progress, restarts
+    )
 
 
 def decide(pod: Pod, previous: StoredPod | None) -> LifecycleDecision:
-    """Decides what is stored for a pod after this update; replaying an update changes nothing."""
+    """Decides what is stored for a pod after this update; replaying an update changes nothing.
+
+    Regular init containers release their share one by one as they finish (stored usage = the
+    envelope of the init points still to come and the steady state). A status that shows fewer
+    finished init containers than already seen is an older status replayed (ignored) unless the
+    init containers' restart counts grew: then the kubelet is running them again (a re-created
+    sandbox) and the init-inclusive usage is restored.
+    """
     if previous is not None and previous.terminal:
         return LifecycleDecision(
             Decision.UNCHANGED, previous, "pod already reached a terminal phase"
@@ -147,7 +209,7 @@ def decide(pod: Pod, previous: StoredPod | None) -> LifecycleDecision:
             )
         return LifecycleDecision(
             Decision.RELEASED,
-            _stored(pod, (), released=previous.init_released, terminal=True, previous=previous),
+            replace(previous, usage=(), terminal=True),
             f"pod is {pod.phase.value}: every container finished, usage released",
         )
     if not pod.has_grants:
@@ -159,39 +221,73 @@ def decide(pod: Pod, previous: StoredPod | None) -> LifecycleDecision:
             "update carries no device allocation; keeping what is stored",
         )
 
-    phases = usage_phases(pod.containers)
+    regular_count = sum(1 for c in pod.containers if c.container_class is ContainerClass.INIT)
+    progress = regular_init_progress(pod)
+    restarts = regular_init_restarts(pod)
     gate_open = regular_init_gate_open(pod)
+
+    def stored(progress_now: int, released: bool) -> StoredPod:
+        return _stored(
+            pod,
+            _held_usage(pod, progress_now),
+            released=released,
+            progress=progress_now,
+            restarts=max(restarts, previous.init_restarts if previous else 0),
+            previous=previous,
+        )
+
     if previous is None:
         if gate_open:
             return LifecycleDecision(
                 Decision.RECORDED_STEADY_STATE,
-                _stored(pod, phases.steady, released=True),
+                stored(regular_count, released=True),
                 "regular init containers already finished: recorded at steady state",
             )
+        note = (
+            f" ({progress} of {regular_count} init containers already finished)" if progress else ""
+        )
         return LifecycleDecision(
             Decision.RECORDED,
-            _stored(pod, phases.effective, released=False),
-            "recorded the effective usage (init-phase peak vs sidecars + apps)",
+            stored(progress, released=False),
+            "recorded the effective usage (init-phase peak vs sidecars + apps)" + note,
+        )
+
+    rerun = progress < previous.init_progress and restarts > previous.init_restarts
+    if rerun:
+        return LifecycleDecision(
+            Decision.RERUN_RESTORED,
+            stored(progress, released=False),
+            "init containers are running again (re-created sandbox): init-inclusive usage restored",
         )
     if previous.init_released:
         return LifecycleDecision(Decision.UNCHANGED, previous, "init share already released")
     if gate_open:
         return LifecycleDecision(
             Decision.SHRUNK,
-            _stored(pod, phases.steady, released=True, previous=previous),
+            stored(regular_count, released=True),
             "every regular init container exited 0: shrunk to sidecars + apps",
         )
-    failed = failed_regular_init(pod)
-    if phases.effective != previous.usage:
+    # An older status replayed never undoes what was already released.
+    progress_now = max(progress, previous.init_progress)
+    candidate = stored(progress_now, released=False)
+    if progress_now > previous.init_progress and candidate.usage != previous.usage:
+        return LifecycleDecision(
+            Decision.PARTIALLY_RELEASED,
+            candidate,
+            f"{progress_now} of {regular_count} init containers finished: released their share",
+        )
+    if candidate.usage != previous.usage:
         return LifecycleDecision(
             Decision.UPDATED,
-            _stored(pod, phases.effective, released=False, previous=previous),
+            candidate,
             "device allocation changed: recorded the new effective usage",
         )
+    failed = failed_regular_init(pod)
     if failed is not None:
         return LifecycleDecision(
             Decision.HELD,
-            previous,
+            candidate,
             f"init container {failed} exited non-zero: holding the init-inclusive usage",
         )
-    return LifecycleDecision(Decision.UNCHANGED, previous, "regular init containers still running")
+    # `candidate` may differ from `previous` only in the progress it records.
+    return LifecycleDecision(Decision.UNCHANGED, candidate, "regular init containers still running")
