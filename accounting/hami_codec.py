@@ -1,0 +1,359 @@
+"""HAMi's annotation wire formats, byte-compatible with HAMi's Go readers and writers.
+
+Layer: accounting (pure). Two formats live here:
+
+* ``hami.io/vgpu-devices-allocated``: ``UUID,TYPE,MEMORY_MIB,CORE_PERCENT[,SLOTS]:`` per device,
+  ``;`` per container position (init containers first, in declaration order). A container
+  without a device still writes its ``;``: HAMi v2.10.0 forgot that on model-typed nodes
+  (issue #2899) and shifted every later container onto the wrong GPU. The optional fifth field
+  carries the slot count of a collapsed entry and is written only when it is above 1 (#2877),
+  so raw NVIDIA grants stay in the four-field form every HAMi version reads.
+* ``hami.io/node-nvidia-register``: the JSON array of DeviceInfo the device plugin writes.
+
+Decoders collect every problem and raise one ``InvalidInputError`` whose paths point into the
+annotation, e.g. ``annotations["hami.io/vgpu-devices-allocated"][1][0]``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from accounting.errors import InvalidInputError
+from accounting.model import NVIDIA, Device, DeviceGrant
+from accounting.validate import (
+    INT32_MAX,
+    INT32_MIN,
+    MAX_DEVICES_PER_NODE,
+    BoundedViolations,
+    check_wire_text,
+    quote,
+)
+
+DEVICES_ALLOCATED_ANNOTATION = "hami.io/vgpu-devices-allocated"
+"""Written once by the scheduler; the one the accounting reads."""
+DEVICES_TO_ALLOCATE_ANNOTATION = "hami.io/vgpu-devices-to-allocate"
+"""Same string at first; the device plugin empties entries as it hands devices out."""
+VGPU_NODE_ANNOTATION = "hami.io/vgpu-node"
+"""The chosen node; HAMi tracks a pod for accounting only once it is set."""
+VGPU_TIME_ANNOTATION = "hami.io/vgpu-time"
+"""Unix seconds of the placement, as a decimal string."""
+NODE_REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
+"""Node annotation: the JSON array of the node's NVIDIA devices."""
+
+USE_GPU_TYPE_ANNOTATION = "nvidia.com/use-gputype"
+NOUSE_GPU_TYPE_ANNOTATION = "nvidia.com/nouse-gputype"
+USE_GPU_UUID_ANNOTATION = "nvidia.com/use-gpuuuid"
+NOUSE_GPU_UUID_ANNOTATION = "nvidia.com/nouse-gpuuuid"
+NODE_SCHEDULER_POLICY_ANNOTATION = "hami.io/node-scheduler-policy"
+GPU_SCHEDULER_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"
+
+DEFAULT_MODE = "hami-core"
+
+_ALLOCATED_PATH = f'annotations["{DEVICES_ALLOCATED_ANNOTATION}"]'
+_REGISTER_PATH = f'annotations["{NODE_REGISTER_ANNOTATION}"]'
+_GRANT_SHAPE = "UUID,TYPE,MEMORY_MIB,CORE_PERCENT[,SLOTS]"
+# Go's strconv.ParseInt(s, 10, 32): optional sign, ASCII digits, nothing else (no spaces).
+_GO_DECIMAL = re.compile(r"[+-]?[0-9]+")
+
+PodDevices = tuple[tuple[DeviceGrant, ...], ...]
+"""Grants per container position."""
+
+
+def encode_pod_devices(per_container: Sequence[Sequence[DeviceGrant]]) -> str:
+    """Writes grants per container position as HAMi's vgpu-devices-allocated value.
+
+    Args:
+        per_container: one entry per container position, init containers first; an empty
+            entry for a container without a device.
+
+    Returns:
+        The annotation value; "" for an empty sequence (HAMi writes nothing then).
+
+    Raises:
+        InvalidInputError: a UUID or type that would break the format (empty, or holding
+            ``,`` ``:`` ``;``), or a number outside what HAMi's int32 fields hold.
+    """
+    found = BoundedViolations()
+    for position, grants in enumerate(per_container):
+        for index, grant in enumerate(grants):
+            path = f"grants[{position}][{index}]"
+            check_wire_text(found, f"{path}.uuid", grant.uuid, required=True)
+            check_wire_text(found, f"{path}.device_type", grant.device_type, required=False)
+            for name, value in (
+                ("memory_mib", grant.memory_mib),
+                ("core_percent", grant.core_percent),
+                ("slots", grant.slots),
+            ):
+                if not 0 <= value <= INT32_MAX:
+                    found.add(f"{path}.{name}", f"must be between 0 and {INT32_MAX}, got {value}")
+    found.raise_if_any()
+    return "".join(
+        "".join(_encode_grant(grant) for grant in grants) + ";" for grants in per_container
+    )
+
+
+def _encode_grant(grant: DeviceGrant) -> str:
+    fields = f"{grant.uuid},{grant.device_type},{grant.memory_mib},{grant.core_percent}"
+    # Only collapsed entries carry slots; a raw grant keeps HAMi's four fields (#2877).
+    if grant.slots > 1:
+        fields += f",{grant.slots}"
+    return fields + ":"
+
+
+def decode_pod_devices(value: str, *, path: str = _ALLOCATED_PATH) -> PodDevices:
+    """Reads a vgpu-devices-allocated value the way HAMi does, position for position.
+
+    Every ``;``-separated piece is one entry, so a well-formed value (which ends in ``;``)
+    decodes to one more entry than the pod has containers, the last one empty; ``""`` decodes
+    to one empty entry. Empty ``:`` pieces are skipped, as in HAMi.
+
+    Raises:
+        InvalidInputError: naming every malformed device entry, e.g.
+            ``annotations["hami.io/vgpu-devices-allocated"][1][0]: expected
+            UUID,TYPE,MEMORY_MIB,CORE_PERCENT[,SLOTS], got "uuid,type,100"``.
+    """
+    found = BoundedViolations()
+    entries = _decode_entries(value, path, found)
+    found.raise_if_any()
+    return entries
+
+
+def decode_container_grants(
+    value: str, container_count: int, *, path: str = _ALLOCATED_PATH
+) -> PodDevices:
+    """Reads a vgpu-devices-allocated value aligned to exactly ``container_count`` positions.
+
+    The empty entry after the final ``;`` is dropped, a value missing its final ``;`` is
+    accepted, and positions the value does not reach are empty (no device).
+
+    Raises:
+        InvalidInputError: malformed entries, and any device at a position the pod does not
+            have ("grant for container position 3 but the pod has 3 containers").
+    """
+    found = BoundedViolations()
+    entries = _decode_entries(value, path, found)
+    for position in range(container_count, len(entries)):
+        if entries[position]:
+            found.add(
+                f"{path}[{position}]",
+                f"grant for container position {position} "
+                f"but the pod has {container_count} containers",
+            )
+    found.raise_if_any()
+    aligned = entries[:container_count]
+    return aligned + ((),) * (container_count - len(aligned))
+
+
+def _decode_entries(value: str, path: str, found: BoundedViolations) -> PodDevices:
+    entries: list[tuple[DeviceGrant, ...]] = []
+    for position, piece in enumerate(value.split(";")):
+        grants: list[DeviceGrant] = []
+        for index, item in enumerate(piece.split(":")):
+            if not item:
+                continue
+            grant = _decode_grant(item, f"{path}[{position}][{index}]", found)
+            if grant is not None:
+                grants.append(grant)
+        entries.append(tuple(grants))
+    return tuple(entries)
+
+
+def _decode_grant(item: str, path: str, found: BoundedViolations) -> DeviceGrant | None:
+    fields = item.split(",")
+    if len(fields) not in (4, 5):
+        found.add(path, f"expected {_GRANT_SHAPE}, got {quote(item)}")
+        return None
+    uuid, device_type = fields[0], fields[1]
+    problems_before = len(found)
+    if not uuid:
+        found.add(f"{path}.uuid", "must not be empty")
+    memory_mib = _wire_int(fields[2], f"{path}.memory_mib", found)
+    core_percent = _wire_int(fields[3], f"{path}.core_percent", found, high=100)
+    slots = _wire_int(fields[4], f"{path}.slots", found) if len(fields) == 5 else 0
+    if len(found) != problems_before:
+        return None
+    return DeviceGrant(uuid, device_type, memory_mib, core_percent, slots)
+
+
+def _wire_int(text: str, path: str, found: BoundedViolations, high: int = INT32_MAX) -> int:
+    if _GO_DECIMAL.fullmatch(text) is None:
+        found.add(path, f"must be an integer between 0 and {high}, got {quote(text)}")
+        return 0
+    number = int(text)
+    if not 0 <= number <= high:
+        found.add(path, f"must be between 0 and {high}, got {number}")
+        return 0
+    return number
+
+
+def decode_node_register(value: str, *, path: str = _REGISTER_PATH) -> tuple[Device, ...]:
+    """Reads hami.io/node-nvidia-register: the JSON array of DeviceInfo HAMi writes at v2.10.
+
+    Go omits zero values, so a missing ``index``, ``numa``, ``count``, ``devmem`` or
+    ``devcore`` is 0, a missing ``health`` is false and a missing ``mode`` is hami-core.
+    Unknown keys (``migProfiles``) are ignored; JSON ``null`` is no devices, like Go's decoder.
+
+    Raises:
+        InvalidInputError: invalid JSON (the legacy comma format included: HAMi's NVIDIA
+            reader dropped it), wrong types or ranges, and duplicate ids, e.g.
+            ``annotations["hami.io/node-nvidia-register"][2].devmem: must be a non-negative
+            integer``.
+    """
+    try:
+        document: object = json.loads(value)
+    except ValueError as error:
+        raise InvalidInputError.single(path, _json_error_message(value, error)) from None
+    except RecursionError:
+        # json.loads recurses per nesting level; hostile input can nest deeper than the stack.
+        raise InvalidInputError.single(path, "not valid JSON (nested too deeply)") from None
+    if document is None:
+        return ()
+    if not isinstance(document, list):
+        raise InvalidInputError.single(
+            path, f"must be a JSON array of devices, got {_json_kind(document)}"
+        )
+    if len(document) > MAX_DEVICES_PER_NODE:
+        raise InvalidInputError.single(
+            path, f"at most {MAX_DEVICES_PER_NODE} devices, got {len(document)}"
+        )
+    found = BoundedViolations()
+    devices: list[Device] = []
+    first_index: dict[str, int] = {}
+    for index, element in enumerate(document):
+        device = _decode_device(element, f"{path}[{index}]", found)
+        if device is None:
+            continue
+        first = first_index.setdefault(device.uuid, index)
+        if first != index:
+            found.add(
+                f"{path}[{index}].id",
+                f"duplicate device id {quote(device.uuid)}, also {path}[{first}]",
+            )
+        devices.append(device)
+    found.raise_if_any()
+    return tuple(devices)
+
+
+def _json_error_message(value: str, error: ValueError) -> str:
+    if not value.strip():
+        return "must be a JSON array of devices, got an empty value"
+    if not value.lstrip().startswith(("[", "{", "null")) and "," in value:
+        return (
+            "must be a JSON array of devices; the legacy comma format "
+            "(id,count,devmem,devcore,type,numa,health:) is not accepted for NVIDIA"
+        )
+    return f"must be a JSON array of devices, not valid JSON ({error})"
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    return "a number"
+
+
+def _decode_device(element: object, path: str, found: BoundedViolations) -> Device | None:
+    if not isinstance(element, dict):
+        found.add(path, f"must be an object, got {_json_kind(element)}")
+        return None
+    before = len(found)
+    uuid = _json_str(element, "id", path, found)
+    if isinstance(element.get("id", ""), str):
+        check_wire_text(found, f"{path}.id", uuid, required=True)
+    device = Device(
+        uuid=uuid,
+        device_type=_json_str(element, "type", path, found),
+        index=_json_int(element, "index", path, found),
+        slots_total=_json_int(element, "count", path, found),
+        memory_total_mib=_json_int(element, "devmem", path, found),
+        cores_total=_json_int(element, "devcore", path, found),
+        numa=_json_int(element, "numa", path, found, low=INT32_MIN),
+        mode=_json_str(element, "mode", path, found) or DEFAULT_MODE,
+        healthy=_json_bool(element, "health", path, found),
+        vendor=NVIDIA,
+    )
+    return device if len(found) == before else None
+
+
+def _json_int(
+    element: Mapping[str, Any], key: str, path: str, found: BoundedViolations, low: int = 0
+) -> int:
+    value = element.get(key)
+    if value is None:
+        return 0
+    # JSON true is a Python int; Go's decoder refuses it for an integer field, and so do we.
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= INT32_MAX:
+        kind = "a non-negative integer" if low == 0 else "an integer"
+        found.add(f"{path}.{key}", f"must be {kind} up to {INT32_MAX}, got {json.dumps(value)}")
+        return 0
+    return value
+
+
+def _json_str(element: Mapping[str, Any], key: str, path: str, found: BoundedViolations) -> str:
+    value = element.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        found.add(f"{path}.{key}", f"must be a string, got {_json_kind(value)}")
+        return ""
+    return value
+
+
+def _json_bool(element: Mapping[str, Any], key: str, path: str, found: BoundedViolations) -> bool:
+    value = element.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        found.add(f"{path}.{key}", f"must be true or false, got {_json_kind(value)}")
+        return False
+    return value
+
+
+def encode_node_register(devices: Sequence[Device]) -> str:
+    """Writes devices as the device plugin does: compact JSON, zero values omitted.
+
+    Keys follow Go's DeviceInfo order (id, index, count, devmem, devcore, type, numa, mode,
+    health) and ``omitempty``, so a healthy device at index 0 has no ``index`` key.
+    """
+    documents: list[dict[str, object]] = []
+    for device in devices:
+        document: dict[str, object] = {"id": device.uuid}
+        for key, value in (
+            ("index", device.index),
+            ("count", device.slots_total),
+            ("devmem", device.memory_total_mib),
+            ("devcore", device.cores_total),
+            ("type", device.device_type),
+            ("numa", device.numa),
+            ("mode", device.mode),
+            ("health", device.healthy),
+        ):
+            if value:
+                document[key] = value
+        if not device.uuid:
+            del document["id"]
+        documents.append(document)
+    text = json.dumps(documents, separators=(",", ":"), ensure_ascii=False)
+    # Go's encoder escapes these inside strings; outside strings they never occur in JSON.
+    for character, escaped in _GO_ESCAPES.items():
+        text = text.replace(character, escaped)
+    return text
+
+
+_GO_ESCAPES = {
+    "<": "\\u003c",
+    ">": "\\u003e",
+    "&": "\\u0026",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}

@@ -1,0 +1,243 @@
+"""Input validation of domain values: every offending field at once, nothing changed.
+
+Layer: accounting (pure). Adapters build a ``Pod`` or a device inventory from protobuf or from
+Kubernetes JSON, then call ``validate_pod`` / ``validate_devices`` before handing the value to
+the rules. Size limits come first and stop the walk, so a huge repeated field is refused after
+one ``len()`` instead of after checking every element.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from accounting.errors import FieldViolation, InvalidInputError
+from accounting.model import Container, ContainerStatus, Device, DeviceGrant, DeviceRequest, Pod
+
+INT32_MAX = 2_147_483_647
+INT32_MIN = -2_147_483_648
+
+MAX_CONTAINERS = 256
+"""Containers per pod (init, sidecar and app together); Kubernetes pods have a handful."""
+MAX_GRANTS_PER_CONTAINER = 64
+"""Devices granted to one container; more than any node has."""
+MAX_REQUESTS_PER_CONTAINER = 16
+"""Vendor requests of one container."""
+MAX_STATUSES = MAX_CONTAINERS
+"""Entries of initContainerStatuses or containerStatuses."""
+MAX_DEVICES_PER_NODE = 256
+"""Devices in one node inventory."""
+MAX_ANNOTATIONS_BYTES = 256 * 1024
+"""Kubernetes' own limit on the total size of a pod's annotations (keys plus values)."""
+MAX_REPORTED_VIOLATIONS = 100
+"""An error lists at most this many fields, then says how many more there were."""
+
+WIRE_SEPARATORS = ",:;"
+"""Characters that cannot appear in a UUID or type written into vgpu-devices-allocated."""
+
+
+def quote(text: str, limit: int = 80) -> str:
+    """Quotes a received value for an error message, shortened so hostile input stays small."""
+    if len(text) <= limit:
+        return json.dumps(text)
+    return f"{json.dumps(text[:limit])}… ({len(text)} characters)"
+
+
+class BoundedViolations:
+    """Collects violations like ``errors.Violations`` but keeps only the first few.
+
+    A malformed annotation or a huge typed message can hold thousands of bad fields; the error
+    names the first ``limit`` of them and counts the rest, so building it stays cheap and the
+    message fits in a gRPC status.
+    """
+
+    def __init__(self, limit: int = MAX_REPORTED_VIOLATIONS) -> None:
+        self._limit = limit
+        self._found: list[FieldViolation] = []
+        self._dropped = 0
+
+    def add(self, path: str, message: str) -> None:
+        if len(self._found) < self._limit:
+            self._found.append(FieldViolation(path, message))
+        else:
+            self._dropped += 1
+
+    def extend(self, error: InvalidInputError, prefix: str = "") -> None:
+        """Adds another error's violations, optionally under a path prefix."""
+        for violation in error.violations:
+            self.add(f"{prefix}{violation.path}", violation.message)
+
+    def __bool__(self) -> bool:
+        return bool(self._found)
+
+    def __len__(self) -> int:
+        """How many violations were added, kept or not (lets callers see if a step added any)."""
+        return len(self._found) + self._dropped
+
+    def raise_if_any(self) -> None:
+        if not self._found:
+            return
+        found = list(self._found)
+        if self._dropped:
+            last = found[-1]
+            found.append(FieldViolation(last.path, f"and {self._dropped} more problems"))
+        raise InvalidInputError(found)
+
+
+def check_range(
+    found: BoundedViolations, path: str, value: int, low: int = 0, high: int = INT32_MAX
+) -> None:
+    """Adds a violation unless ``low <= value <= high``."""
+    if not low <= value <= high:
+        found.add(path, f"must be between {low} and {high}, got {value}")
+
+
+def check_wire_text(found: BoundedViolations, path: str, value: str, *, required: bool) -> None:
+    """A UUID or type must fit between the separators of the HAMi pod annotation."""
+    if required and not value:
+        found.add(path, "must not be empty")
+    elif any(separator in value for separator in WIRE_SEPARATORS):
+        found.add(path, f"must not contain any of {WIRE_SEPARATORS!r}, got {quote(value)}")
+
+
+def validate_pod(pod: Pod, path: str = "pod") -> None:
+    """Checks a pod before the rules see it.
+
+    Raises:
+        InvalidInputError: naming every offending field, e.g.
+            ``pod.containers[1].grants[0].memory_mib: must be between 0 and 2147483647, got -5``.
+    """
+    found = BoundedViolations()
+    check_pod(found, pod, path)
+    found.raise_if_any()
+
+
+def validate_devices(devices: Sequence[Device], path: str = "devices") -> None:
+    """Checks a node inventory: unique non-empty UUIDs, totals within 0..int32.
+
+    Raises:
+        InvalidInputError: naming every offending field, e.g. ``devices[1].uuid``.
+    """
+    found = BoundedViolations()
+    check_devices(found, devices, path)
+    found.raise_if_any()
+
+
+def check_pod(found: BoundedViolations, pod: Pod, path: str) -> None:
+    """Adds every problem of ``pod`` to ``found``; for callers that merge other violations."""
+    if not pod.uid:
+        found.add(f"{path}.uid", "must not be empty")
+    if not pod.namespace:
+        found.add(f"{path}.namespace", "must not be empty")
+    _check_annotations(found, pod.annotations, f"{path}.annotations")
+    if len(pod.containers) > MAX_CONTAINERS:
+        found.add(
+            f"{path}.containers", f"at most {MAX_CONTAINERS} containers, got {len(pod.containers)}"
+        )
+    else:
+        first_index: dict[str, int] = {}
+        for index, container in enumerate(pod.containers):
+            container_path = f"{path}.containers[{index}]"
+            _check_container(found, container, container_path)
+            if container.name in first_index:
+                found.add(
+                    f"{container_path}.name",
+                    f"duplicate container name {quote(container.name)}, "
+                    f"also {path}.containers[{first_index[container.name]}]",
+                )
+            elif container.name:
+                first_index[container.name] = index
+    _check_statuses(found, pod.init_container_statuses, f"{path}.init_container_statuses")
+    _check_statuses(found, pod.container_statuses, f"{path}.container_statuses")
+
+
+def check_devices(found: BoundedViolations, devices: Sequence[Device], path: str) -> None:
+    """Adds every problem of a node inventory to ``found``."""
+    if len(devices) > MAX_DEVICES_PER_NODE:
+        found.add(path, f"at most {MAX_DEVICES_PER_NODE} devices, got {len(devices)}")
+        return
+    first_index: dict[str, int] = {}
+    for index, device in enumerate(devices):
+        device_path = f"{path}[{index}]"
+        check_wire_text(found, f"{device_path}.uuid", device.uuid, required=True)
+        first = first_index.setdefault(device.uuid, index)
+        if device.uuid and first != index:
+            found.add(
+                f"{device_path}.uuid",
+                f"duplicate device uuid {quote(device.uuid)}, also {path}[{first}]",
+            )
+        check_range(found, f"{device_path}.index", device.index)
+        check_range(found, f"{device_path}.slots_total", device.slots_total)
+        check_range(found, f"{device_path}.memory_total_mib", device.memory_total_mib)
+        check_range(found, f"{device_path}.cores_total", device.cores_total)
+        check_range(found, f"{device_path}.numa", device.numa, low=INT32_MIN)
+        if not device.vendor:
+            found.add(f"{device_path}.vendor", "must not be empty")
+
+
+def check_grant(found: BoundedViolations, grant: DeviceGrant, path: str) -> None:
+    """Adds every problem of one grant to ``found``."""
+    check_wire_text(found, f"{path}.uuid", grant.uuid, required=True)
+    check_wire_text(found, f"{path}.device_type", grant.device_type, required=False)
+    check_range(found, f"{path}.memory_mib", grant.memory_mib)
+    check_range(found, f"{path}.core_percent", grant.core_percent, high=100)
+    check_range(found, f"{path}.slots", grant.slots)
+
+
+def _check_container(found: BoundedViolations, container: Container, path: str) -> None:
+    if not container.name:
+        found.add(f"{path}.name", "must not be empty")
+    if len(container.requests) > MAX_REQUESTS_PER_CONTAINER:
+        found.add(
+            f"{path}.requests",
+            f"at most {MAX_REQUESTS_PER_CONTAINER} requests, got {len(container.requests)}",
+        )
+    else:
+        vendors: set[str] = set()
+        for index, request in enumerate(container.requests):
+            _check_request(found, request, f"{path}.requests[{index}]")
+            if request.vendor in vendors:
+                found.add(
+                    f"{path}.requests[{index}].vendor",
+                    f"duplicate request for vendor {quote(request.vendor)}",
+                )
+            vendors.add(request.vendor)
+    if len(container.grants) > MAX_GRANTS_PER_CONTAINER:
+        found.add(
+            f"{path}.grants",
+            f"at most {MAX_GRANTS_PER_CONTAINER} grants, got {len(container.grants)}",
+        )
+    else:
+        for index, grant in enumerate(container.grants):
+            check_grant(found, grant, f"{path}.grants[{index}]")
+
+
+def _check_request(found: BoundedViolations, request: DeviceRequest, path: str) -> None:
+    if not request.vendor:
+        found.add(f"{path}.vendor", "must not be empty")
+    check_range(found, f"{path}.count", request.count)
+    check_range(found, f"{path}.memory_mib", request.memory_mib)
+    check_range(found, f"{path}.memory_percent", request.memory_percent, high=100)
+    check_range(found, f"{path}.core_percent", request.core_percent, high=100)
+
+
+def _check_statuses(
+    found: BoundedViolations, statuses: Sequence[ContainerStatus], path: str
+) -> None:
+    if len(statuses) > MAX_STATUSES:
+        found.add(path, f"at most {MAX_STATUSES} statuses, got {len(statuses)}")
+        return
+    for index, status in enumerate(statuses):
+        status_path = f"{path}[{index}]"
+        if not status.name:
+            found.add(f"{status_path}.name", "must not be empty")
+        check_range(found, f"{status_path}.exit_code", status.exit_code, low=INT32_MIN)
+        check_range(found, f"{status_path}.restart_count", status.restart_count)
+
+
+def _check_annotations(found: BoundedViolations, annotations: Mapping[str, str], path: str) -> None:
+    size = sum(len(key.encode()) + len(value.encode()) for key, value in annotations.items())
+    if size > MAX_ANNOTATIONS_BYTES:
+        found.add(path, f"total size must be at most {MAX_ANNOTATIONS_BYTES} bytes, got {size}")
+    if "" in annotations:
+        found.add(f'{path}[""]', "annotation keys must not be empty")

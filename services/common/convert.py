@@ -1,0 +1,523 @@
+"""Conversion between hami.accounting.v1 messages and accounting.model values.
+
+Layer: services (adapter). The one place shared by the three daemons where protobuf meets the
+domain: input is converted and validated here (every bad field reported at once, with paths
+like ``pod.containers[1].container_class``), output is built here. No accounting rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal, Protocol, TypeVar
+
+from accounting import kube_node, kube_pod, validate
+from accounting.errors import InvalidInputError
+from accounting.model import (
+    NVIDIA,
+    NVIDIA_RESOURCES,
+    Container,
+    ContainerClass,
+    ContainerState,
+    ContainerStatus,
+    Device,
+    DeviceGrant,
+    DeviceRequest,
+    DeviceState,
+    DeviceUsage,
+    Pod,
+    PodPhase,
+    QuotaItem,
+    VendorResources,
+)
+from accounting.validate import BoundedViolations
+from hami.accounting.v1 import types_pb2, usage_pb2
+
+DEFAULT_DEVICE_MODE = "hami-core"
+
+T = TypeVar("T")
+
+CONTAINER_CLASS_TO_PB: Mapping[ContainerClass, types_pb2.ContainerClass.ValueType] = {
+    ContainerClass.INIT: types_pb2.CONTAINER_CLASS_INIT,
+    ContainerClass.SIDECAR: types_pb2.CONTAINER_CLASS_SIDECAR,
+    ContainerClass.APP: types_pb2.CONTAINER_CLASS_APP,
+}
+CONTAINER_CLASS_FROM_PB: Mapping[int, ContainerClass] = {
+    pb: domain for domain, pb in CONTAINER_CLASS_TO_PB.items()
+}
+
+CONTAINER_STATE_TO_PB: Mapping[ContainerState, types_pb2.ContainerState.ValueType] = {
+    ContainerState.UNKNOWN: types_pb2.CONTAINER_STATE_UNSPECIFIED,
+    ContainerState.WAITING: types_pb2.CONTAINER_STATE_WAITING,
+    ContainerState.RUNNING: types_pb2.CONTAINER_STATE_RUNNING,
+    ContainerState.TERMINATED: types_pb2.CONTAINER_STATE_TERMINATED,
+}
+CONTAINER_STATE_FROM_PB: Mapping[int, ContainerState] = {
+    pb: domain for domain, pb in CONTAINER_STATE_TO_PB.items()
+}
+
+POD_PHASE_TO_PB: Mapping[PodPhase, types_pb2.PodPhase.ValueType] = {
+    PodPhase.PENDING: types_pb2.POD_PHASE_PENDING,
+    PodPhase.RUNNING: types_pb2.POD_PHASE_RUNNING,
+    PodPhase.SUCCEEDED: types_pb2.POD_PHASE_SUCCEEDED,
+    PodPhase.FAILED: types_pb2.POD_PHASE_FAILED,
+    PodPhase.UNKNOWN: types_pb2.POD_PHASE_UNKNOWN,
+}
+POD_PHASE_FROM_PB: Mapping[int, PodPhase] = {
+    # An unreported phase is read as Pending, as the proto documents.
+    types_pb2.POD_PHASE_UNSPECIFIED: PodPhase.PENDING,
+    **{pb: domain for domain, pb in POD_PHASE_TO_PB.items()},
+}
+
+
+class PodSourceRequest(Protocol):
+    """Any request message with the ``pod_source`` oneof (CheckQuota, Filter, Reserve, Record)."""
+
+    @property
+    def pod(self) -> types_pb2.Pod: ...
+
+    @property
+    def kubernetes_pod_json(self) -> bytes: ...
+
+    def WhichOneof(self, oneof_group: Literal["pod_source"]) -> str | None: ...
+
+
+# -- pods --------------------------------------------------------------------------------------
+
+
+def pod_source_kind(request: PodSourceRequest) -> str | None:
+    """Which ``pod_source`` field is set: "pod", "kubernetes_pod_json" or None."""
+    # The generated stubs type WhichOneof with a Literal argument per message; all agree here.
+    return request.WhichOneof("pod_source")
+
+
+def pod_from_source(
+    request: PodSourceRequest, vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,)
+) -> Pod:
+    """The request's pod, typed or as Kubernetes JSON, converted and validated.
+
+    Raises:
+        InvalidInputError: neither source set (path ``pod_source``), or every problem of the
+            pod under ``pod.`` or ``kubernetes_pod_json.``.
+    """
+    kind = pod_source_kind(request)
+    if kind == "pod":
+        return pod_from_pb(request.pod)
+    if kind == "kubernetes_pod_json":
+        path = "kubernetes_pod_json"
+        pod = kube_pod.parse_pod_json(request.kubernetes_pod_json, vendors, path=path)
+        # The parser already checks what it reads; this is the same backstop the typed path has.
+        validate.validate_pod(pod, path)
+        return pod
+    raise InvalidInputError.single("pod_source", "one of pod or kubernetes_pod_json is required")
+
+
+def pod_from_pb(pb: types_pb2.Pod, path: str = "pod") -> Pod:
+    """Converts and validates a typed pod.
+
+    Raises:
+        InvalidInputError: every problem, e.g. ``pod.containers[0].container_class: must be
+            set`` together with ``pod.uid: must not be empty``.
+    """
+    found = BoundedViolations()
+    _check_sizes(found, pb, path)
+    found.raise_if_any()
+    containers = tuple(
+        _container_from_pb(found, container, f"{path}.containers[{index}]")
+        for index, container in enumerate(pb.containers)
+    )
+    pod = Pod(
+        uid=pb.uid,
+        namespace=pb.namespace,
+        name=pb.name,
+        containers=containers,
+        phase=_enum_from_pb(
+            found, POD_PHASE_FROM_PB, pb.status.phase, f"{path}.status.phase", PodPhase.UNKNOWN
+        ),
+        init_container_statuses=_statuses_from_pb(
+            found, pb.status.init_container_statuses, f"{path}.status.init_container_statuses"
+        ),
+        container_statuses=_statuses_from_pb(
+            found, pb.status.container_statuses, f"{path}.status.container_statuses"
+        ),
+        node_name=pb.node_name,
+        annotations=dict(pb.annotations),
+        terminating=pb.terminating,
+    )
+    validate.check_pod(found, pod, path)
+    found.raise_if_any()
+    return pod
+
+
+def _check_sizes(found: BoundedViolations, pb: types_pb2.Pod, path: str) -> None:
+    # Refuse a huge repeated field before converting any element of it.
+    if len(pb.containers) > validate.MAX_CONTAINERS:
+        found.add(
+            f"{path}.containers",
+            f"at most {validate.MAX_CONTAINERS} containers, got {len(pb.containers)}",
+        )
+        return
+    for index, container in enumerate(pb.containers):
+        if len(container.grants) > validate.MAX_GRANTS_PER_CONTAINER:
+            found.add(
+                f"{path}.containers[{index}].grants",
+                f"at most {validate.MAX_GRANTS_PER_CONTAINER} grants, got {len(container.grants)}",
+            )
+        if len(container.requests) > validate.MAX_REQUESTS_PER_CONTAINER:
+            found.add(
+                f"{path}.containers[{index}].requests",
+                f"at most {validate.MAX_REQUESTS_PER_CONTAINER} requests, "
+                f"got {len(container.requests)}",
+            )
+    for name, statuses in (
+        ("init_container_statuses", pb.status.init_container_statuses),
+        ("container_statuses", pb.status.container_statuses),
+    ):
+        if len(statuses) > validate.MAX_STATUSES:
+            found.add(
+                f"{path}.status.{name}",
+                f"at most {validate.MAX_STATUSES} statuses, got {len(statuses)}",
+            )
+
+
+def _container_from_pb(found: BoundedViolations, pb: types_pb2.Container, path: str) -> Container:
+    container_class = CONTAINER_CLASS_FROM_PB.get(pb.container_class)
+    if container_class is None:
+        found.add(f"{path}.container_class", _enum_message(pb.container_class))
+        # A placeholder so the remaining fields are still checked; the error is raised anyway.
+        container_class = ContainerClass.APP
+    return Container(
+        name=pb.name,
+        container_class=container_class,
+        requests=tuple(request_from_pb(request) for request in pb.requests),
+        grants=tuple(grant_from_pb(grant) for grant in pb.grants),
+    )
+
+
+def _statuses_from_pb(
+    found: BoundedViolations, statuses: Iterable[types_pb2.ContainerStatus], path: str
+) -> tuple[ContainerStatus, ...]:
+    return tuple(
+        ContainerStatus(
+            name=status.name,
+            state=_enum_from_pb(
+                found,
+                CONTAINER_STATE_FROM_PB,
+                status.state,
+                f"{path}[{index}].state",
+                ContainerState.UNKNOWN,
+            ),
+            exit_code=status.exit_code,
+            restart_count=status.restart_count,
+        )
+        for index, status in enumerate(statuses)
+    )
+
+
+def _enum_from_pb(
+    found: BoundedViolations, table: Mapping[int, T], value: int, path: str, fallback: T
+) -> T:
+    # proto3 enums are open: a newer client can send a number this build does not know.
+    converted = table.get(value)
+    if converted is None:
+        found.add(path, f"unknown value {value}")
+        return fallback
+    return converted
+
+
+def _enum_message(value: int) -> str:
+    return (
+        "must be set" if value == 0 else f"must be INIT, SIDECAR or APP, got unknown value {value}"
+    )
+
+
+def pod_to_pb(pod: Pod) -> types_pb2.Pod:
+    """The typed message of a pod (the inverse of ``pod_from_pb`` for valid pods)."""
+    return types_pb2.Pod(
+        uid=pod.uid,
+        namespace=pod.namespace,
+        name=pod.name,
+        node_name=pod.node_name,
+        containers=[
+            types_pb2.Container(
+                name=container.name,
+                container_class=CONTAINER_CLASS_TO_PB[container.container_class],
+                requests=[request_to_pb(request) for request in container.requests],
+                grants=[grant_to_pb(grant) for grant in container.grants],
+            )
+            for container in pod.containers
+        ],
+        status=types_pb2.PodStatus(
+            phase=POD_PHASE_TO_PB[pod.phase],
+            init_container_statuses=[status_to_pb(s) for s in pod.init_container_statuses],
+            container_statuses=[status_to_pb(s) for s in pod.container_statuses],
+        ),
+        annotations=dict(pod.annotations),
+        terminating=pod.terminating,
+    )
+
+
+def status_to_pb(status: ContainerStatus) -> types_pb2.ContainerStatus:
+    return types_pb2.ContainerStatus(
+        name=status.name,
+        state=CONTAINER_STATE_TO_PB[status.state],
+        exit_code=status.exit_code,
+        restart_count=status.restart_count,
+    )
+
+
+def request_from_pb(pb: types_pb2.DeviceRequest) -> DeviceRequest:
+    return DeviceRequest(
+        vendor=pb.vendor,
+        count=pb.count,
+        memory_mib=pb.memory_mib,
+        memory_percent=pb.memory_percent,
+        core_percent=pb.core_percent,
+    )
+
+
+def request_to_pb(request: DeviceRequest) -> types_pb2.DeviceRequest:
+    return types_pb2.DeviceRequest(
+        vendor=request.vendor,
+        count=request.count,
+        memory_mib=request.memory_mib,
+        memory_percent=request.memory_percent,
+        core_percent=request.core_percent,
+    )
+
+
+# -- grants and usage --------------------------------------------------------------------------
+
+
+def grant_from_pb(pb: types_pb2.DeviceGrant) -> DeviceGrant:
+    return DeviceGrant(
+        uuid=pb.uuid,
+        device_type=pb.device_type,
+        memory_mib=pb.memory_mib,
+        core_percent=pb.core_percent,
+        slots=pb.slots,
+    )
+
+
+def grant_to_pb(grant: DeviceGrant) -> types_pb2.DeviceGrant:
+    return types_pb2.DeviceGrant(
+        uuid=grant.uuid,
+        device_type=grant.device_type,
+        memory_mib=grant.memory_mib,
+        core_percent=grant.core_percent,
+        slots=grant.slots,
+    )
+
+
+def grants_from_pb(
+    container_grants: Sequence[types_pb2.ContainerGrants], path: str = "container_grants"
+) -> tuple[tuple[DeviceGrant, ...], ...]:
+    """Grants per container position (Reserve's ``container_grants``), validated.
+
+    Raises:
+        InvalidInputError: too many positions or grants, or any bad grant, e.g.
+            ``container_grants[1].grants[0].memory_mib: must be between 0 and 2147483647``.
+    """
+    found = BoundedViolations()
+    if len(container_grants) > validate.MAX_CONTAINERS:
+        found.add(path, f"at most {validate.MAX_CONTAINERS} positions, got {len(container_grants)}")
+        found.raise_if_any()
+    per_container: list[tuple[DeviceGrant, ...]] = []
+    for position, entry in enumerate(container_grants):
+        entry_path = f"{path}[{position}].grants"
+        if len(entry.grants) > validate.MAX_GRANTS_PER_CONTAINER:
+            found.add(
+                entry_path,
+                f"at most {validate.MAX_GRANTS_PER_CONTAINER} grants, got {len(entry.grants)}",
+            )
+            per_container.append(())
+            continue
+        grants = tuple(grant_from_pb(grant) for grant in entry.grants)
+        for index, grant in enumerate(grants):
+            validate.check_grant(found, grant, f"{entry_path}[{index}]")
+        per_container.append(grants)
+    found.raise_if_any()
+    return tuple(per_container)
+
+
+def container_grants_to_pb(
+    pod: Pod, per_container: Sequence[Sequence[DeviceGrant]]
+) -> list[types_pb2.ContainerGrants]:
+    """Grants per position, labelled with the container each position belongs to."""
+    if len(per_container) != len(pod.containers):
+        raise ValueError(
+            f"{len(per_container)} grant positions for {len(pod.containers)} containers "
+            f"of pod {pod.key}"
+        )
+    return [
+        types_pb2.ContainerGrants(
+            container_name=container.name,
+            container_class=CONTAINER_CLASS_TO_PB[container.container_class],
+            grants=[grant_to_pb(grant) for grant in grants],
+        )
+        for container, grants in zip(pod.containers, per_container, strict=True)
+    ]
+
+
+def usage_from_pb(pb: types_pb2.DeviceUsage) -> DeviceUsage:
+    return DeviceUsage(
+        uuid=pb.uuid,
+        device_type=pb.device_type,
+        memory_mib=pb.memory_mib,
+        core_percent=pb.core_percent,
+        slots=pb.slots,
+    )
+
+
+def usage_to_pb(usage: DeviceUsage) -> types_pb2.DeviceUsage:
+    return types_pb2.DeviceUsage(
+        uuid=usage.uuid,
+        device_type=usage.device_type,
+        memory_mib=usage.memory_mib,
+        core_percent=usage.core_percent,
+        slots=usage.slots,
+    )
+
+
+def usages_to_pb(usages: Iterable[DeviceUsage]) -> list[types_pb2.DeviceUsage]:
+    return [usage_to_pb(usage) for usage in usages]
+
+
+# -- nodes and devices -------------------------------------------------------------------------
+
+
+def device_from_pb(pb: types_pb2.Device) -> Device:
+    """A typed device; an empty mode or vendor means HAMi's defaults (hami-core, NVIDIA)."""
+    return Device(
+        uuid=pb.uuid,
+        device_type=pb.device_type,
+        index=pb.index,
+        slots_total=pb.slots_total,
+        memory_total_mib=pb.memory_total_mib,
+        cores_total=pb.cores_total,
+        numa=pb.numa,
+        mode=pb.mode or DEFAULT_DEVICE_MODE,
+        healthy=pb.healthy,
+        vendor=pb.vendor or NVIDIA,
+    )
+
+
+def device_to_pb(device: Device) -> types_pb2.Device:
+    return types_pb2.Device(
+        uuid=device.uuid,
+        device_type=device.device_type,
+        index=device.index,
+        slots_total=device.slots_total,
+        memory_total_mib=device.memory_total_mib,
+        cores_total=device.cores_total,
+        numa=device.numa,
+        mode=device.mode,
+        healthy=device.healthy,
+        vendor=device.vendor,
+    )
+
+
+def devices_from_inventory_pb(
+    inventory: types_pb2.NodeInventory, path: str = "inventory.devices"
+) -> tuple[Device, ...]:
+    """A typed node inventory, validated (unique UUIDs, totals within int32).
+
+    Raises:
+        InvalidInputError: every bad device field, e.g. ``inventory.devices[1].uuid``.
+    """
+    if len(inventory.devices) > validate.MAX_DEVICES_PER_NODE:
+        raise InvalidInputError.single(
+            path,
+            f"at most {validate.MAX_DEVICES_PER_NODE} devices, got {len(inventory.devices)}",
+        )
+    devices = tuple(device_from_pb(device) for device in inventory.devices)
+    validate.validate_devices(devices, path)
+    return devices
+
+
+def node_from_source(request: usage_pb2.RegisterNodeRequest) -> kube_node.NodeRegistration:
+    """RegisterNode's node: typed inventory or Kubernetes Node JSON, validated.
+
+    ``node_name`` wins when set; with JSON it may be empty and ``metadata.name`` is used.
+
+    Raises:
+        InvalidInputError: no source (path ``node_source``), no name, or bad devices.
+    """
+    kind = request.WhichOneof("node_source")
+    if kind == "kubernetes_node_json":
+        node = kube_node.parse_node_json(request.kubernetes_node_json)
+        return kube_node.NodeRegistration(request.node_name or node.node_name, node.devices)
+    if kind == "inventory":
+        found = BoundedViolations()
+        if not request.node_name:
+            found.add("node_name", "must not be empty with an inventory")
+        try:
+            devices = devices_from_inventory_pb(request.inventory)
+        except InvalidInputError as error:
+            found.extend(error)
+            devices = ()
+        found.raise_if_any()
+        return kube_node.NodeRegistration(request.node_name, devices)
+    raise InvalidInputError.single(
+        "node_source", "one of kubernetes_node_json or inventory is required"
+    )
+
+
+def device_state_to_pb(state: DeviceState) -> types_pb2.DeviceState:
+    device = state.device
+    return types_pb2.DeviceState(
+        uuid=device.uuid,
+        device_type=device.device_type,
+        memory_total_mib=device.memory_total_mib,
+        memory_used_mib=state.memory_used_mib,
+        cores_total=device.cores_total,
+        cores_used=state.cores_used,
+        slots_total=device.slots_total,
+        slots_used=state.slots_used,
+        healthy=device.healthy,
+        index=device.index,
+        numa=device.numa,
+        mode=device.mode,
+        vendor=device.vendor,
+    )
+
+
+def device_state_from_pb(pb: types_pb2.DeviceState) -> DeviceState:
+    """The inverse of ``device_state_to_pb``, for clients of GetNodeUsage/WatchUsage."""
+    device = Device(
+        uuid=pb.uuid,
+        device_type=pb.device_type,
+        index=pb.index,
+        slots_total=pb.slots_total,
+        memory_total_mib=pb.memory_total_mib,
+        cores_total=pb.cores_total,
+        numa=pb.numa,
+        mode=pb.mode or DEFAULT_DEVICE_MODE,
+        healthy=pb.healthy,
+        vendor=pb.vendor or NVIDIA,
+    )
+    return DeviceState(
+        device=device,
+        memory_used_mib=pb.memory_used_mib,
+        cores_used=pb.cores_used,
+        slots_used=pb.slots_used,
+    )
+
+
+def node_usage_to_pb(
+    node_name: str, states: Iterable[DeviceState], pod_uids: Iterable[str]
+) -> types_pb2.NodeUsage:
+    return types_pb2.NodeUsage(
+        node_name=node_name,
+        devices=[device_state_to_pb(state) for state in states],
+        pod_uids=list(pod_uids),
+    )
+
+
+def quota_item_to_pb(item: QuotaItem) -> types_pb2.QuotaItem:
+    return types_pb2.QuotaItem(
+        resource=item.resource, used=item.used, limit=item.limit, limit_set=item.limit_set
+    )
+
+
+def quota_item_from_pb(pb: types_pb2.QuotaItem) -> QuotaItem:
+    return QuotaItem(resource=pb.resource, used=pb.used, limit=pb.limit, limit_set=pb.limit_set)

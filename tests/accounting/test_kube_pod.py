@@ -1,0 +1,695 @@
+"""The Kubernetes Pod parser: classes, HAMi's request reading, grants by position, status."""
+
+from __future__ import annotations
+
+import copy
+import decimal
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kubernetes.utils.quantity import parse_quantity as kubernetes_parse_quantity
+
+from accounting import kube_pod
+from accounting.errors import InvalidInputError
+from accounting.model import (
+    NVIDIA_RESOURCES,
+    ContainerClass,
+    ContainerState,
+    ContainerStatus,
+    DeviceGrant,
+    DeviceRequest,
+    PodPhase,
+    VendorResources,
+)
+
+ALLOCATED_KEY = "hami.io/vgpu-devices-allocated"
+ALLOCATED_PATH = 'metadata.annotations["hami.io/vgpu-devices-allocated"]'
+
+
+# -- fixtures: what json.Marshal(pod) writes ---------------------------------------------------
+
+
+def container(
+    name: str,
+    limits: dict[str, Any] | None = None,
+    requests: dict[str, Any] | None = None,
+    restart_policy: str | None = None,
+) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if limits is not None:
+        resources["limits"] = limits
+    if requests is not None:
+        resources["requests"] = requests
+    obj: dict[str, Any] = {
+        "name": name,
+        "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+        "command": ["sh", "-c", "nvidia-smi && sleep 5"],
+        "resources": resources,
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+        "imagePullPolicy": "IfNotPresent",
+    }
+    if restart_policy is not None:
+        obj["restartPolicy"] = restart_policy
+    return obj
+
+
+def terminated(name: str, exit_code: int, restart_count: int = 0) -> dict[str, Any]:
+    return {
+        "name": name,
+        "state": {
+            "terminated": {
+                "exitCode": exit_code,
+                "reason": "Completed" if exit_code == 0 else "Error",
+                "startedAt": "2026-09-01T10:00:00Z",
+                "finishedAt": "2026-09-01T10:00:05Z",
+                "containerID": f"containerd://{name}",
+            }
+        },
+        "lastState": {},
+        "ready": exit_code == 0,
+        "restartCount": restart_count,
+        "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+        "imageID": "",
+        "started": False,
+    }
+
+
+def running(name: str, restart_count: int = 0) -> dict[str, Any]:
+    return {
+        "name": name,
+        "state": {"running": {"startedAt": "2026-09-01T10:00:06Z"}},
+        "lastState": {},
+        "ready": True,
+        "restartCount": restart_count,
+        "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+        "imageID": "",
+        "started": True,
+    }
+
+
+def waiting(name: str, reason: str = "PodInitializing") -> dict[str, Any]:
+    return {
+        "name": name,
+        "state": {"waiting": {"reason": reason}},
+        "lastState": {},
+        "ready": False,
+        "restartCount": 0,
+        "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+        "imageID": "",
+    }
+
+
+def pod_obj(
+    *,
+    init: list[dict[str, Any]] | None = None,
+    apps: list[dict[str, Any]] | None = None,
+    annotations: dict[str, str] | None = None,
+    status: dict[str, Any] | None = None,
+    node_name: str | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": apps if apps is not None else [container("main")],
+        "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": 30,
+        "dnsPolicy": "ClusterFirst",
+        "serviceAccountName": "default",
+        "schedulerName": "hami-scheduler",
+        "securityContext": {},
+        "priority": 0,
+    }
+    if init:
+        spec["initContainers"] = init
+    if node_name is not None:
+        spec["nodeName"] = node_name
+    metadata: dict[str, Any] = {
+        "name": "trainer-0",
+        "namespace": "team-a",
+        "uid": "6d0a4c1e-2b7f-4f4e-9a53-0f1f0b6c1a11",
+        "resourceVersion": "4711",
+        "creationTimestamp": "2026-09-01T10:00:00Z",
+        "labels": {"app": "trainer"},
+    }
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    return {
+        "metadata": metadata,
+        "spec": spec,
+        "status": status if status is not None else {"phase": "Pending", "qosClass": "BestEffort"},
+    }
+
+
+def nvidia(
+    count: int = 1, memory_mib: int = 0, memory_percent: int = 0, core_percent: int = 0
+) -> tuple[DeviceRequest, ...]:
+    return (DeviceRequest("NVIDIA", count, memory_mib, memory_percent, core_percent),)
+
+
+# -- classes and order -------------------------------------------------------------------------
+
+
+def test_classes_follow_restart_policy_and_declaration_order() -> None:
+    pod = kube_pod.parse_pod(
+        pod_obj(
+            init=[
+                container("fetch"),
+                container("proxy", restart_policy="Always"),
+                container("migrate", restart_policy="OnFailure"),
+            ],
+            apps=[container("main"), container("metrics")],
+        )
+    )
+    assert [(c.name, c.container_class) for c in pod.containers] == [
+        ("fetch", ContainerClass.INIT),
+        ("proxy", ContainerClass.SIDECAR),
+        ("migrate", ContainerClass.INIT),
+        ("main", ContainerClass.APP),
+        ("metrics", ContainerClass.APP),
+    ]
+
+
+def test_metadata_is_read_and_a_missing_namespace_is_default() -> None:
+    obj = pod_obj(annotations={"hami.io/traceparent": "00-abc-def-01", "team": "a"})
+    del obj["metadata"]["namespace"]
+    pod = kube_pod.parse_pod(obj)
+    assert (pod.uid, pod.namespace, pod.name) == (
+        "6d0a4c1e-2b7f-4f4e-9a53-0f1f0b6c1a11",
+        "default",
+        "trainer-0",
+    )
+    assert dict(pod.annotations) == {"hami.io/traceparent": "00-abc-def-01", "team": "a"}
+
+
+# -- requests (HAMi GenerateResourceRequests after its webhook) --------------------------------
+
+
+@dataclass(frozen=True)
+class RequestCase:
+    name: str
+    limits: dict[str, Any] | None
+    requests: dict[str, Any] | None = None
+    want: tuple[DeviceRequest, ...] = ()
+    vendor: VendorResources = NVIDIA_RESOURCES
+
+
+REQUEST_CASES = [
+    RequestCase(
+        "memory and cores as written",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"},
+        want=nvidia(1, memory_mib=3000, core_percent=30),
+    ),
+    RequestCase(
+        "limits win over requests, resource by resource",
+        {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "2000"},
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "20"},
+        want=nvidia(2, memory_mib=2000, core_percent=20),
+    ),
+    RequestCase(
+        "a resource only in requests is read from requests",
+        None,
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "10"},
+        want=nvidia(1, memory_mib=1000, core_percent=10),
+    ),
+    RequestCase(
+        "no count and no sizing means no GPU",
+        {"cpu": "500m", "memory": "1Gi"},
+    ),
+    RequestCase(
+        "memory without a count gets the webhook's default count of one",
+        {"nvidia.com/gpumem": "3000"},
+        want=nvidia(1, memory_mib=3000),
+    ),
+    RequestCase(
+        "a bare count is an exclusive card: all memory and all cores",
+        {"nvidia.com/gpu": "1"},
+        want=nvidia(1, memory_percent=100, core_percent=100),
+    ),
+    RequestCase(
+        "a whole card by percentage is exclusive even with memory written",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "100", "nvidia.com/gpumem": "0"},
+        want=nvidia(1, memory_percent=100, core_percent=100),
+    ),
+    RequestCase(
+        "memory with a count but no cores is shared, not exclusive",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"},
+        want=nvidia(1, memory_mib=1000),
+    ),
+    RequestCase(
+        "a percentage above 100 is clamped to 100",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "150", "nvidia.com/gpucores": "30"},
+        want=nvidia(1, memory_percent=100, core_percent=30),
+    ),
+    RequestCase(
+        "a percentage of zero is unset, so the whole card is the default",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "0", "nvidia.com/gpucores": "30"},
+        want=nvidia(1, memory_percent=100, core_percent=30),
+    ),
+    RequestCase(
+        "a percentage is kept as the memory size",
+        {"nvidia.com/gpu": "2", "nvidia.com/gpumem-percentage": "40", "nvidia.com/gpucores": "25"},
+        want=nvidia(2, memory_percent=40, core_percent=25),
+    ),
+    RequestCase(
+        "24Gi reads as 25769803776 MiB, above int32, so HAMi drops the whole request",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "24Gi", "nvidia.com/gpucores": "30"},
+    ),
+    RequestCase(
+        "a fractional memory drops the whole request",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1.5"},
+    ),
+    RequestCase(
+        "a negative memory drops the whole request",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "-1"},
+    ),
+    RequestCase(
+        "memory is bounded by int32 divided by the memory factor",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "536870912"},
+        vendor=VendorResources(memory_factor=4),
+    ),
+    RequestCase(
+        "memory is stored before the memory factor",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "536870911"},
+        want=nvidia(1, memory_mib=536870911),
+        vendor=VendorResources(memory_factor=4),
+    ),
+    RequestCase(
+        "a count that is not a whole number means no GPU",
+        {"nvidia.com/gpu": "500m", "nvidia.com/gpumem": "1000"},
+    ),
+    RequestCase(
+        "a count of 2000m is the whole number 2",
+        {"nvidia.com/gpu": "2000m", "nvidia.com/gpumem": "1000"},
+        want=nvidia(2, memory_mib=1000),
+    ),
+    RequestCase("a count of zero means no GPU", {"nvidia.com/gpu": "0"}),
+    RequestCase(
+        "JSON numbers are quantities too",
+        {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4096, "nvidia.com/gpucores": 50},
+        want=nvidia(1, memory_mib=4096, core_percent=50),
+    ),
+    RequestCase(
+        "the vendor's default memory is used when nothing sizes the card",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "20"},
+        want=nvidia(1, memory_mib=2048, core_percent=20),
+        vendor=VendorResources(default_memory_mib=2048),
+    ),
+    RequestCase(
+        "the vendor's default cores apply when cores are not written",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"},
+        want=nvidia(1, memory_mib=1000, core_percent=10),
+        vendor=VendorResources(default_core_percent=10),
+    ),
+    RequestCase(
+        "a default count of zero leaves a count-less container without GPU",
+        {"nvidia.com/gpumem": "3000"},
+        vendor=VendorResources(default_gpu_count=0),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", REQUEST_CASES, ids=lambda case: case.name)
+def test_requests_follow_hami(case: RequestCase) -> None:
+    obj = pod_obj(apps=[container("main", limits=case.limits, requests=case.requests)])
+    pod = kube_pod.parse_pod(obj, vendors=(case.vendor,))
+    assert pod.containers[0].requests == case.want
+
+
+def test_each_vendor_gets_its_own_request() -> None:
+    other = VendorResources(
+        vendor="Acme",
+        count_resource="acme.com/npu",
+        memory_resource="acme.com/npumem",
+        memory_percentage_resource="acme.com/npumem-percentage",
+        core_resource="acme.com/npucores",
+    )
+    obj = pod_obj(
+        apps=[
+            container(
+                "main",
+                limits={
+                    "nvidia.com/gpu": "1",
+                    "nvidia.com/gpumem": "1000",
+                    "acme.com/npu": "2",
+                    "acme.com/npumem": "500",
+                    "acme.com/npucores": "5",
+                },
+            )
+        ]
+    )
+    pod = kube_pod.parse_pod(obj, vendors=(NVIDIA_RESOURCES, other))
+    assert pod.containers[0].requests == (
+        DeviceRequest("NVIDIA", 1, 1000, 0, 0),
+        DeviceRequest("Acme", 2, 500, 0, 5),
+    )
+
+
+# -- grants --------------------------------------------------------------------------------------
+
+
+def test_a_gpu_less_init_container_keeps_its_position() -> None:
+    obj = pod_obj(
+        init=[container("fetch")],
+        apps=[
+            container("a", limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "40"}),
+            container("b", limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "40"}),
+        ],
+        annotations={
+            ALLOCATED_KEY: ";GPU-A,NVIDIA,16000,0:;GPU-A,NVIDIA,16000,0:;",
+            "hami.io/vgpu-node": "gpu-node-1",
+        },
+    )
+    pod = kube_pod.parse_pod(obj)
+    assert [c.grants for c in pod.containers] == [
+        (),
+        (DeviceGrant("GPU-A", "NVIDIA", 16000, 0),),
+        (DeviceGrant("GPU-A", "NVIDIA", 16000, 0),),
+    ]
+    assert pod.has_grants
+
+
+@pytest.mark.parametrize(
+    ("annotations", "node_name", "want"),
+    [
+        ({"hami.io/vgpu-node": "gpu-node-1"}, "gpu-node-2", "gpu-node-1"),
+        ({}, "gpu-node-2", "gpu-node-2"),
+        ({}, None, ""),
+    ],
+    ids=[
+        "the node HAMi chose wins over spec.nodeName",
+        "spec.nodeName when HAMi has not placed the pod",
+        "no node before scheduling",
+    ],
+)
+def test_node_name(annotations: dict[str, str], node_name: str | None, want: str) -> None:
+    pod = kube_pod.parse_pod(pod_obj(annotations=annotations, node_name=node_name))
+    assert pod.node_name == want
+
+
+# -- status --------------------------------------------------------------------------------------
+
+
+def test_statuses_phase_and_exit_codes() -> None:
+    obj = pod_obj(
+        init=[container("fetch"), container("proxy", restart_policy="Always")],
+        apps=[container("main")],
+        status={
+            "phase": "Running",
+            "initContainerStatuses": [terminated("fetch", 0), running("proxy", restart_count=2)],
+            "containerStatuses": [waiting("main", "ContainerCreating")],
+        },
+    )
+    pod = kube_pod.parse_pod(obj)
+    assert pod.phase is PodPhase.RUNNING
+    assert pod.init_container_statuses == (
+        ContainerStatus("fetch", ContainerState.TERMINATED, exit_code=0),
+        ContainerStatus("proxy", ContainerState.RUNNING, restart_count=2),
+    )
+    assert pod.container_statuses == (ContainerStatus("main", ContainerState.WAITING),)
+    assert not pod.terminating
+
+
+def test_a_failed_init_container_keeps_its_exit_code() -> None:
+    obj = pod_obj(
+        init=[container("fetch")],
+        status={"phase": "Pending", "initContainerStatuses": [terminated("fetch", 1, 3)]},
+    )
+    (status,) = kube_pod.parse_pod(obj).init_container_statuses
+    assert status == ContainerStatus("fetch", ContainerState.TERMINATED, 1, 3)
+
+
+def test_a_status_without_a_state_is_unknown_and_no_phase_is_pending() -> None:
+    obj = pod_obj(status={"containerStatuses": [{"name": "main", "state": {}}]})
+    pod = kube_pod.parse_pod(obj)
+    assert pod.phase is PodPhase.PENDING
+    assert pod.container_statuses == (ContainerStatus("main", ContainerState.UNKNOWN),)
+
+
+def test_deletion_timestamp_marks_the_pod_terminating() -> None:
+    obj = pod_obj()
+    obj["metadata"]["deletionTimestamp"] = "2026-09-01T11:00:00Z"
+    obj["metadata"]["deletionGracePeriodSeconds"] = 30
+    assert kube_pod.parse_pod(obj).terminating
+
+
+def test_parse_pod_json_reads_go_output() -> None:
+    obj = pod_obj(
+        init=[container("proxy", limits={"nvidia.com/gpu": "1"}, restart_policy="Always")],
+        annotations={ALLOCATED_KEY: "GPU-A,NVIDIA,24576,100:;;"},
+    )
+    pod = kube_pod.parse_pod_json(json.dumps(obj).encode())
+    assert pod.containers[0].container_class is ContainerClass.SIDECAR
+    assert pod.containers[0].grants == (DeviceGrant("GPU-A", "NVIDIA", 24576, 100),)
+    assert pod.containers[1].grants == ()
+    assert pod == kube_pod.parse_pod(obj)
+
+
+# -- bad input: every offending field at once -----------------------------------------------------
+
+
+def _broken(mutate: Any) -> dict[str, Any]:
+    obj = pod_obj(
+        init=[container("fetch"), container("proxy", restart_policy="Always")],
+        apps=[container("main", limits={"nvidia.com/gpu": "1"})],
+    )
+    obj = copy.deepcopy(obj)
+    mutate(obj)
+    return obj
+
+
+@dataclass(frozen=True)
+class BadPodCase:
+    name: str
+    obj: dict[str, Any]
+    want: list[str] = field(default_factory=list)
+
+
+def _set(path: list[str | int], value: Any) -> Any:
+    def mutate(obj: Any) -> None:
+        for key in path[:-1]:
+            obj = obj[key]
+        obj[path[-1]] = value
+
+    return mutate
+
+
+def _many(*mutations: Any) -> Any:
+    def mutate(obj: Any) -> None:
+        for mutation in mutations:
+            mutation(obj)
+
+    return mutate
+
+
+BAD_POD_CASES = [
+    BadPodCase(
+        "a malformed annotation and a nameless container are reported together",
+        _broken(
+            _many(
+                _set(["metadata", "annotations"], {ALLOCATED_KEY: "uuid,type,100:;"}),
+                _set(["spec", "initContainers", 1, "name"], ""),
+            )
+        ),
+        [
+            f"{ALLOCATED_PATH}[0][0]: expected UUID,TYPE,MEMORY_MIB,CORE_PERCENT[,SLOTS], "
+            'got "uuid,type,100"',
+            "spec.initContainers[1].name: must not be empty",
+        ],
+    ),
+    BadPodCase(
+        "a missing uid",
+        _broken(lambda obj: obj["metadata"].pop("uid")),
+        ["metadata.uid: must not be empty"],
+    ),
+    BadPodCase(
+        "a grant for a container position that does not exist",
+        _broken(
+            _set(
+                ["metadata", "annotations"],
+                {ALLOCATED_KEY: ";;GPU-A,NVIDIA,1000,10:;GPU-B,NVIDIA,1000,10:;"},
+            )
+        ),
+        [f"{ALLOCATED_PATH}[3]: grant for container position 3 but the pod has 3 containers"],
+    ),
+    BadPodCase(
+        "negative and int32-overflowing grant numbers",
+        _broken(
+            _set(
+                ["metadata", "annotations"],
+                {ALLOCATED_KEY: "GPU-A,NVIDIA,-5,10:;GPU-A,NVIDIA,2147483648,10:;;"},
+            )
+        ),
+        [
+            f"{ALLOCATED_PATH}[0][0].memory_mib: must be between 0 and 2147483647, got -5",
+            f"{ALLOCATED_PATH}[1][0].memory_mib: must be between 0 and 2147483647, got 2147483648",
+        ],
+    ),
+    BadPodCase(
+        "duplicate container names across init and app containers",
+        _broken(_set(["spec", "containers", 0, "name"], "fetch")),
+        [
+            'spec.containers[0].name: duplicate container name "fetch", '
+            "also spec.initContainers[0].name"
+        ],
+    ),
+    BadPodCase(
+        "a quantity Kubernetes would not accept, and cores above a whole device",
+        _broken(
+            _many(
+                _set(["spec", "containers", 0, "resources", "limits", "nvidia.com/gpumem"], "lots"),
+                _set(
+                    ["spec", "initContainers", 0, "resources"],
+                    {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"}},
+                ),
+            )
+        ),
+        [
+            'spec.initContainers[0].resources.limits["nvidia.com/gpucores"]: '
+            "must be between 0 and 100 percent, got 150",
+            'spec.containers[0].resources.limits["nvidia.com/gpumem"]: '
+            'must be a Kubernetes quantity such as 4096 or 24Gi, got "lots"',
+        ],
+    ),
+    BadPodCase(
+        "a count above int32",
+        _broken(
+            _set(["spec", "containers", 0, "resources", "limits", "nvidia.com/gpu"], "3000000000")
+        ),
+        [
+            'spec.containers[0].resources.limits["nvidia.com/gpu"]: '
+            "must be at most 2147483647 devices, got 3000000000"
+        ],
+    ),
+    BadPodCase(
+        "an unknown phase, a non-string annotation and a bad exit code",
+        _broken(
+            _many(
+                _set(
+                    ["status"],
+                    {
+                        "phase": "Exploded",
+                        "initContainerStatuses": [
+                            {"name": "fetch", "state": {"terminated": {"exitCode": "0"}}}
+                        ],
+                    },
+                ),
+                _set(["metadata", "annotations"], {"hami.io/vgpu-time": 1735689600}),
+            )
+        ),
+        [
+            'metadata.annotations["hami.io/vgpu-time"]: must be a string, got a number',
+            "status.phase: must be one of Pending, Running, Succeeded, Failed, Unknown, "
+            'got "Exploded"',
+            "status.initContainerStatuses[0].state.terminated.exitCode: "
+            'must be an integer between -2147483648 and 2147483647, got "0"',
+        ],
+    ),
+    BadPodCase(
+        "a huge container list is refused by its length",
+        _broken(_set(["spec", "containers"], [container(f"c{i}") for i in range(5000)])),
+        ["spec.containers: at most 256 entries, got 5000"],
+    ),
+    BadPodCase(
+        "too many containers in all",
+        _broken(
+            _many(
+                _set(["spec", "containers"], [container(f"a{i}") for i in range(200)]),
+                _set(["spec", "initContainers"], [container(f"i{i}") for i in range(100)]),
+            )
+        ),
+        ["spec: at most 256 containers in all, got 300"],
+    ),
+    BadPodCase(
+        "wrong JSON types",
+        _broken(
+            _many(
+                _set(["spec", "initContainers"], {"name": "fetch"}),
+                _set(["spec", "containers", 0, "resources"], []),
+            )
+        ),
+        [
+            "spec.initContainers: must be an array, got an object",
+            "spec.containers[0].resources: must be an object, got an array",
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", BAD_POD_CASES, ids=lambda case: case.name)
+def test_bad_pods_name_every_offending_field(case: BadPodCase) -> None:
+    with pytest.raises(InvalidInputError) as raised:
+        kube_pod.parse_pod(case.obj)
+    assert [str(violation) for violation in raised.value.violations] == case.want
+
+
+def test_parse_pod_json_prefixes_paths_and_refuses_invalid_json() -> None:
+    with pytest.raises(InvalidInputError) as raised:
+        kube_pod.parse_pod_json(b'{"metadata": {')
+    assert [v.path for v in raised.value.violations] == ["kubernetes_pod_json"]
+
+    with pytest.raises(InvalidInputError) as raised:
+        kube_pod.parse_pod_json(b"[" * 100_000)
+    assert str(raised.value) == "kubernetes_pod_json: not valid JSON (nested too deeply)"
+
+    with pytest.raises(InvalidInputError) as raised:
+        kube_pod.parse_pod_json(b"[]")
+    assert str(raised.value) == "kubernetes_pod_json: must be a JSON object, got an array"
+
+    obj = pod_obj()
+    del obj["metadata"]["uid"]
+    with pytest.raises(InvalidInputError) as raised:
+        kube_pod.parse_pod_json(json.dumps(obj))
+    assert str(raised.value) == "kubernetes_pod_json.metadata.uid: must not be empty"
+
+
+# -- quantities -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("4096", 4096),
+        ("24Gi", 25769803776),
+        ("1Ki", 1024),
+        ("2000m", 2),
+        ("1k", 1000),
+        ("1e3", 1000),
+        ("1E", 10**18),
+        ("+5", 5),
+        ("1.5", None),
+        ("500m", None),
+        ("10Ei", None),
+    ],
+    ids=lambda value: repr(value),
+)
+def test_quantity_as_int64(text: str, want: int | None) -> None:
+    assert kube_pod.quantity_as_int64(kube_pod.parse_quantity(text)) == want
+
+
+@pytest.mark.parametrize("text", ["", "abc", "1 Gi", "1KI", "1ki", "Gi", "1e", "--1", "1.2.3"])
+def test_malformed_quantities_are_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="Kubernetes quantity"):
+        kube_pod.parse_quantity(text)
+
+
+_SUFFIXES = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E"]
+
+
+@settings(max_examples=500)
+@given(
+    whole=st.integers(0, 10**12),
+    fraction=st.one_of(st.none(), st.integers(0, 999_999).map(str)),
+    suffix=st.sampled_from(_SUFFIXES),
+)
+def test_parse_quantity_agrees_with_the_kubernetes_client(
+    whole: int, fraction: str | None, suffix: str
+) -> None:
+    text = f"{whole}.{fraction}{suffix}" if fraction is not None else f"{whole}{suffix}"
+    # The client multiplies in the current decimal context; give it room to be exact.
+    with decimal.localcontext(prec=100):
+        want = Decimal(kubernetes_parse_quantity(text))
+    assert kube_pod.parse_quantity(text) == want

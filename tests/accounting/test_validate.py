@@ -1,0 +1,239 @@
+"""Domain validation: every offending field named at once, huge inputs refused by length."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accounting.errors import InvalidInputError
+from accounting.model import (
+    Container,
+    ContainerClass,
+    ContainerState,
+    ContainerStatus,
+    Device,
+    DeviceGrant,
+    DeviceRequest,
+    Pod,
+)
+from accounting.validate import validate_devices, validate_pod
+
+INT32_MAX = 2_147_483_647
+
+
+def good_pod() -> Pod:
+    return Pod(
+        uid="uid-1",
+        namespace="team-a",
+        name="trainer-0",
+        containers=(
+            Container(
+                "fetch",
+                ContainerClass.INIT,
+                (DeviceRequest("NVIDIA", 1, 20480, 0, 10),),
+                (DeviceGrant("GPU-0", "NVIDIA", 20480, 10),),
+            ),
+            Container("proxy", ContainerClass.SIDECAR),
+            Container(
+                "main",
+                ContainerClass.APP,
+                (DeviceRequest("NVIDIA", 1, 0, 50, 100),),
+                (DeviceGrant("GPU-0", "NVIDIA", 12288, 100, slots=2),),
+            ),
+        ),
+        init_container_statuses=(ContainerStatus("fetch", ContainerState.TERMINATED, 0),),
+    )
+
+
+def with_container(pod: Pod, index: int, **changes: object) -> Pod:
+    containers = list(pod.containers)
+    containers[index] = replace(containers[index], **changes)
+    return replace(pod, containers=tuple(containers))
+
+
+def test_a_valid_pod_passes() -> None:
+    validate_pod(good_pod())
+
+
+@dataclass(frozen=True)
+class BadPodCase:
+    name: str
+    pod: Pod
+    want: list[str]
+
+
+BAD_POD_CASES = [
+    BadPodCase(
+        "empty uid and namespace",
+        replace(good_pod(), uid="", namespace=""),
+        ["pod.uid: must not be empty", "pod.namespace: must not be empty"],
+    ),
+    BadPodCase(
+        "negative grant memory",
+        with_container(good_pod(), 0, grants=(DeviceGrant("GPU-0", "NVIDIA", -5, 10),)),
+        ["pod.containers[0].grants[0].memory_mib: must be between 0 and 2147483647, got -5"],
+    ),
+    BadPodCase(
+        "every int32 overflow of a request and a grant",
+        with_container(
+            good_pod(),
+            2,
+            requests=(DeviceRequest("NVIDIA", INT32_MAX + 1, INT32_MAX + 1, 101, 101),),
+            grants=(DeviceGrant("GPU-0", "NVIDIA", INT32_MAX + 1, 101, INT32_MAX + 1),),
+        ),
+        [
+            f"pod.containers[2].requests[0].count: must be between 0 and {INT32_MAX}, "
+            f"got {INT32_MAX + 1}",
+            f"pod.containers[2].requests[0].memory_mib: must be between 0 and {INT32_MAX}, "
+            f"got {INT32_MAX + 1}",
+            "pod.containers[2].requests[0].memory_percent: must be between 0 and 100, got 101",
+            "pod.containers[2].requests[0].core_percent: must be between 0 and 100, got 101",
+            f"pod.containers[2].grants[0].memory_mib: must be between 0 and {INT32_MAX}, "
+            f"got {INT32_MAX + 1}",
+            "pod.containers[2].grants[0].core_percent: must be between 0 and 100, got 101",
+            f"pod.containers[2].grants[0].slots: must be between 0 and {INT32_MAX}, "
+            f"got {INT32_MAX + 1}",
+        ],
+    ),
+    BadPodCase(
+        "empty and duplicate container names",
+        with_container(with_container(good_pod(), 1, name=""), 2, name="fetch"),
+        [
+            "pod.containers[1].name: must not be empty",
+            'pod.containers[2].name: duplicate container name "fetch", also pod.containers[0]',
+        ],
+    ),
+    BadPodCase(
+        "a grant without a uuid and a uuid that would break the annotation",
+        with_container(
+            good_pod(),
+            0,
+            grants=(DeviceGrant("", "NVIDIA", 1, 1), DeviceGrant("GPU:0", "NVIDIA", 1, 1)),
+        ),
+        [
+            "pod.containers[0].grants[0].uuid: must not be empty",
+            "pod.containers[0].grants[1].uuid: must not contain any of ',:;', got \"GPU:0\"",
+        ],
+    ),
+    BadPodCase(
+        "two requests for one vendor and one without a vendor",
+        with_container(
+            good_pod(),
+            0,
+            requests=(
+                DeviceRequest("NVIDIA", 1),
+                DeviceRequest("NVIDIA", 1),
+                DeviceRequest("", 1),
+            ),
+        ),
+        [
+            'pod.containers[0].requests[1].vendor: duplicate request for vendor "NVIDIA"',
+            "pod.containers[0].requests[2].vendor: must not be empty",
+        ],
+    ),
+    BadPodCase(
+        "a negative restart count and a nameless status",
+        replace(
+            good_pod(), container_statuses=(ContainerStatus("", ContainerState.RUNNING, 0, -1),)
+        ),
+        [
+            "pod.container_statuses[0].name: must not be empty",
+            f"pod.container_statuses[0].restart_count: must be between 0 and {INT32_MAX}, got -1",
+        ],
+    ),
+    BadPodCase(
+        "a huge container list is refused by its length alone",
+        replace(good_pod(), containers=(Container("", ContainerClass.APP),) * 100_000),
+        ["pod.containers: at most 256 containers, got 100000"],
+    ),
+    BadPodCase(
+        "a huge grant list is refused by its length alone",
+        with_container(good_pod(), 0, grants=(DeviceGrant("", "NVIDIA", -1, -1),) * 10_000),
+        ["pod.containers[0].grants: at most 64 grants, got 10000"],
+    ),
+    BadPodCase(
+        "annotations larger than Kubernetes allows",
+        replace(good_pod(), annotations={"big": "x" * 300_000}),
+        ["pod.annotations: total size must be at most 262144 bytes, got 300003"],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", BAD_POD_CASES, ids=lambda case: case.name)
+def test_validate_pod_names_every_offending_field(case: BadPodCase) -> None:
+    with pytest.raises(InvalidInputError) as raised:
+        validate_pod(case.pod)
+    assert [str(violation) for violation in raised.value.violations] == case.want
+
+
+def test_the_path_prefix_is_the_caller_s() -> None:
+    with pytest.raises(InvalidInputError) as raised:
+        validate_pod(replace(good_pod(), uid=""), path="kubernetes_pod_json")
+    assert [v.path for v in raised.value.violations] == ["kubernetes_pod_json.uid"]
+
+
+def test_a_pod_with_many_bad_fields_gives_a_bounded_error() -> None:
+    bad = Container("", ContainerClass.APP, grants=(DeviceGrant("", "NVIDIA", -1, -1, -1),) * 64)
+    with pytest.raises(InvalidInputError) as raised:
+        validate_pod(replace(good_pod(), containers=(bad,) * 256))
+    assert len(raised.value.violations) == 101
+    assert raised.value.violations[-1].message.startswith("and ")
+
+
+def test_valid_devices_pass() -> None:
+    validate_devices([Device("GPU-0", "NVIDIA A10", 0, 10, 24576, 100)], "devices")
+
+
+def test_validate_devices_names_every_offending_field() -> None:
+    devices = [
+        Device("GPU-0", "NVIDIA A10", 0, 10, 24576, 100),
+        Device("GPU-0", "NVIDIA A10", -1, -10, INT32_MAX + 1, -100, vendor=""),
+        Device("", "NVIDIA A10", 2, 10, 24576, 100),
+    ]
+    with pytest.raises(InvalidInputError) as raised:
+        validate_devices(devices, "inventory.devices")
+    assert [str(violation) for violation in raised.value.violations] == [
+        'inventory.devices[1].uuid: duplicate device uuid "GPU-0", also inventory.devices[0]',
+        f"inventory.devices[1].index: must be between 0 and {INT32_MAX}, got -1",
+        f"inventory.devices[1].slots_total: must be between 0 and {INT32_MAX}, got -10",
+        f"inventory.devices[1].memory_total_mib: must be between 0 and {INT32_MAX}, "
+        f"got {INT32_MAX + 1}",
+        f"inventory.devices[1].cores_total: must be between 0 and {INT32_MAX}, got -100",
+        "inventory.devices[1].vendor: must not be empty",
+        "inventory.devices[2].uuid: must not be empty",
+    ]
+
+
+def test_a_huge_inventory_is_refused_by_its_length() -> None:
+    devices = [Device(f"GPU-{i}", "", 0, 0, 0, 0) for i in range(1000)]
+    with pytest.raises(InvalidInputError) as raised:
+        validate_devices(devices, "devices")
+    assert str(raised.value) == "devices: at most 256 devices, got 1000"
+
+
+_VALID_GRANTS = st.builds(
+    DeviceGrant,
+    uuid=st.from_regex(r"GPU-[0-9a-f]{1,8}", fullmatch=True),
+    device_type=st.just("NVIDIA"),
+    memory_mib=st.integers(0, INT32_MAX),
+    core_percent=st.integers(0, 100),
+    slots=st.integers(0, INT32_MAX),
+)
+
+
+@settings(max_examples=200)
+@given(st.lists(_VALID_GRANTS, max_size=63), st.integers(-(2**40), -1))
+def test_one_negative_number_is_always_caught_at_its_path(
+    grants: list[DeviceGrant], negative: int
+) -> None:
+    pod = with_container(
+        good_pod(), 2, grants=(*grants, DeviceGrant("GPU-x", "NVIDIA", negative, 0))
+    )
+    with pytest.raises(InvalidInputError) as raised:
+        validate_pod(pod)
+    assert [v.path for v in raised.value.violations] == [
+        f"pod.containers[2].grants[{len(grants)}].memory_mib"
+    ]
