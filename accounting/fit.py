@@ -1,0 +1,873 @@
+"""Scheduler fit: on which node, and on which physical GPUs, a pod fits.
+
+Layer: accounting (pure). Pure accounting rules; no I/O, no clock, no logging.
+
+The passes follow ARCHITECTURE §2 "scheduler fit" (HAMi's scoreNode after PR #2723, with the
+#3052 quota misclassification fixed):
+
+* **steady pass** — sidecars and app containers are fitted cumulatively on one copy of the
+  node's device state, in declaration order (apps after every init container and sidecar, as
+  Kubernetes starts them);
+* **init pass** — each regular init container is fitted on the steady copy *as it stands at the
+  point the container is declared*, so it is pre-charged with exactly the sidecars declared
+  before it, and it does not charge that copy;
+* **merge** — per device UUID and dimension, what the pod adds is max(steady, every init point),
+  which equals accounting.pod.collapse_grants of the grants handed out;
+* the node fails with the reason of the first container, in that order, that does not fit.
+
+HAMi deep-copies the node for every init container. Here the steady pass keeps its per-device
+usage in three small integer lists local to one call, and an init container is checked against
+those lists without changing them, so a node costs one pass over its containers whatever the
+number of init containers. bench/naive_fit.py keeps the literal deep-copy version; a property
+test pins both to the same answers.
+
+Device choice follows HAMi's NVIDIA Fit (reference/hami-behaviour.md §3.2, §3.5, §5.4, §5.5).
+A device is refused with the first reason that applies, in this order: CardNotHealth,
+CardTypeMismatch (vendor, nvidia.com/use-gputype and nouse-gputype, nvidia.com/vgpu-mode),
+CardUuidMismatch (nvidia.com/use-gpuuuid and nouse-gpuuuid), CardTimeSlicingExhausted,
+CardInsufficientMemory, CardInsufficientCore, ExclusiveDeviceAllocateConflict,
+CardComputeUnitsExhausted. Not modelled: cordoned devices, numa-bind, MIG, the mutex and
+topology GPU policies, hami.io/device-scoring-weights (always 1,1,1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NamedTuple
+
+from accounting import pod as pod_rules
+from accounting import quota as quota_rules
+from accounting.errors import InvalidInputError
+from accounting.model import (
+    NVIDIA_RESOURCES,
+    Container,
+    ContainerClass,
+    DeviceGrant,
+    DeviceState,
+    DeviceUsage,
+    Pod,
+    QuotaItem,
+    VendorResources,
+)
+
+# Per-device reasons, spelled as HAMi spells them (pkg/device/common), so that operators and
+# log parsers read the same words from both schedulers.
+CARD_NOT_HEALTH = "CardNotHealth"
+CARD_TYPE_MISMATCH = "CardTypeMismatch"
+CARD_UUID_MISMATCH = "CardUuidMismatch"
+CARD_TIME_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"
+CARD_INSUFFICIENT_MEMORY = "CardInsufficientMemory"
+CARD_INSUFFICIENT_CORE = "CardInsufficientCore"
+EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = "ExclusiveDeviceAllocateConflict"
+CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
+ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
+"""Counts the devices that did pass when too few did (HAMi counts the cards it had picked)."""
+# Node-level reasons. HAMi returns NodeInsufficientDevice bare, without a count.
+NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
+RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
+
+# FitResult.reason codes.
+SCHEDULED = "Scheduled"
+NO_GPU_REQUEST = "NoGpuRequest"
+NO_NODE_FITS = "NoNodeFits"
+
+BINPACK = "binpack"
+SPREAD = "spread"
+POLICIES = (BINPACK, SPREAD)
+
+NODE_POLICY_ANNOTATION = "hami.io/node-scheduler-policy"
+GPU_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"
+USE_GPU_TYPE_ANNOTATION = "nvidia.com/use-gputype"
+NOUSE_GPU_TYPE_ANNOTATION = "nvidia.com/nouse-gputype"
+USE_GPU_UUID_ANNOTATION = "nvidia.com/use-gpuuuid"
+NOUSE_GPU_UUID_ANNOTATION = "nvidia.com/nouse-gpuuuid"
+VGPU_MODE_ANNOTATION = "nvidia.com/vgpu-mode"
+
+# A request for exactly this many cores on a card of this many asks for the card alone (§3.5).
+_EXCLUSIVE_CORE_PERCENT = 100
+_MAX_CORE_PERCENT = 100
+_WHOLE_CARD_PERCENT = 100
+
+
+def device_score(
+    slots_used: int,
+    slots_total: int,
+    cores_used: int,
+    cores_total: int,
+    memory_used_mib: int,
+    memory_total_mib: int,
+) -> float:
+    """HAMi's usage score of one device or of a node's sums: 10 × (slots + cores + memory
+    used fractions), 0 when any total is 0. Higher means busier.
+
+    It is the only float in the fit and orders things; it never decides capacity. Both the
+    per-device ordering and the node score use it, on usage before the request is added
+    (HAMi's request term never matches on real nodes, §9.2.10).
+    """
+    if slots_total == 0 or cores_total == 0 or memory_total_mib == 0:
+        return 0.0
+    return 10 * (
+        slots_used / slots_total + cores_used / cores_total + memory_used_mib / memory_total_mib
+    )
+
+
+def format_reasons(counts: Mapping[str, int], devices_total: int) -> str:
+    """HAMi's aggregated reason: "<count>/<devices> <Reason>" per reason, sorted, ", "-joined."""
+    return ", ".join(
+        sorted(f"{count}/{devices_total} {reason}" for reason, count in counts.items())
+    )
+
+
+class _NodeColumns:
+    """A node's device state as flat per-field tuples, built once per NodeState.
+
+    The fit reads integers by device position from these instead of walking frozen objects,
+    and starts from precomputed scores and device orders. Positions are those of
+    NodeState.devices.
+    """
+
+    __slots__ = (
+        "binpack_order",
+        "cores_total",
+        "cores_used",
+        "device_scores",
+        "devices",
+        "index_descending",
+        "memory_total",
+        "memory_used",
+        "node_score",
+        "slots_total",
+        "slots_used",
+        "spread_order",
+        "unfiltered_blocks",
+        "uuids",
+        "vendor_counts",
+    )
+
+    def __init__(self, devices: tuple[DeviceState, ...]) -> None:
+        self.devices = devices
+        self.uuids = tuple(d.device.uuid for d in devices)
+        self.slots_total = tuple(d.device.slots_total for d in devices)
+        self.memory_total = tuple(d.device.memory_total_mib for d in devices)
+        self.cores_total = tuple(d.device.cores_total for d in devices)
+        self.slots_used = tuple(d.slots_used for d in devices)
+        self.memory_used = tuple(d.memory_used_mib for d in devices)
+        self.cores_used = tuple(d.cores_used for d in devices)
+        self.node_score = device_score(
+            sum(self.slots_used),
+            sum(self.slots_total),
+            sum(self.cores_used),
+            sum(self.cores_total),
+            sum(self.memory_used),
+            sum(self.memory_total),
+        )
+        self.device_scores = tuple(
+            device_score(
+                d.slots_used,
+                d.device.slots_total,
+                d.cores_used,
+                d.device.cores_total,
+                d.memory_used_mib,
+                d.device.memory_total_mib,
+            )
+            for d in devices
+        )
+        # Ties between equally scored devices go to the higher index, under both policies:
+        # HAMi sorts an index-ordered list stably and then walks it from the end.
+        self.index_descending = tuple(
+            sorted(range(len(devices)), key=lambda p: (devices[p].device.index, p), reverse=True)
+        )
+        self.binpack_order = _device_order(self.index_descending, self.device_scores, True)
+        self.spread_order = _device_order(self.index_descending, self.device_scores, False)
+        self.vendor_counts: dict[str, int] = {}
+        for d in devices:
+            self.vendor_counts[d.device.vendor] = self.vendor_counts.get(d.device.vendor, 0) + 1
+        # Static refusals per vendor for pods without device-selection annotations; filled on
+        # first use. A benign race under threads: both writers store the same value.
+        self.unfiltered_blocks: dict[str, tuple[str | None, ...]] = {}
+
+
+def _device_order(
+    index_descending: Sequence[int], scores: Sequence[float], binpack: bool
+) -> list[int]:
+    """Device positions in the order the fit tries them: binpack the busiest card first,
+    spread the least busy; Python's sort is stable (also with reverse), keeping index ties."""
+    return sorted(index_descending, key=scores.__getitem__, reverse=binpack)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """One candidate node: its devices with what is charged on them now."""
+
+    node_name: str
+    devices: tuple[DeviceState, ...]
+    _columns: _NodeColumns = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.devices, tuple):
+            object.__setattr__(self, "devices", tuple(self.devices))
+        # Built once per snapshot; every pod fitted against this node reuses it.
+        object.__setattr__(self, "_columns", _NodeColumns(self.devices))
+
+    @property
+    def score(self) -> float:
+        """HAMi's node score on current usage (binpack prefers high, spread low)."""
+        return self._columns.node_score
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaContext:
+    """The pod's namespace quota state, for the re-check with real card sizes."""
+
+    items: Mapping[str, QuotaItem]
+    """Keyed by resource name (nvidia.com/gpumem, nvidia.com/gpucores, nvidia.com/gpu)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFit:
+    """Whether a pod fits one node, and how."""
+
+    node_name: str
+    fits: bool
+    reason: str
+    """"" when the pod fits; else e.g. "2/2 CardInsufficientMemory" for the first container
+    (in declaration order) that does not fit, NodeInsufficientDevice, or
+    "<n>/<n> ResourceQuotaNotFit"."""
+    score: float
+    """The node score before the pod is added (HAMi's ComputeDefaultScore)."""
+    grants: tuple[tuple[DeviceGrant, ...], ...]
+    """One tuple per container position, in declaration order; () for a GPU-less container or
+    when the pod does not fit."""
+    usage: tuple[DeviceUsage, ...]
+    """Merged per-UUID usage this pod adds (max of steady and every init point), sorted by
+    UUID; () when the pod does not fit."""
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    """The scheduler's answer for one pod over candidate nodes."""
+
+    node_name: str | None
+    """The chosen node; None when no node fits or the pod asks for no device."""
+    grants: tuple[tuple[DeviceGrant, ...], ...]
+    """The chosen node's grants, one tuple per container position (all () without a node)."""
+    failed_nodes: Mapping[str, str]
+    """Node name -> reason for every node that does not fit, sorted by node name."""
+    scores: Mapping[str, float]
+    """Node name -> node score, for every node that fits."""
+    reason: str
+    """Scheduled, NoGpuRequest or NoNodeFits."""
+    message: str
+
+
+class _Ask(NamedTuple):
+    """One container's request for the vendor, sized once per pod (not per node or device)."""
+
+    position: int
+    is_init: bool
+    """A regular init container: fitted on the steady state at its point, charged nowhere."""
+    device_count: int
+    memory_mib: int
+    """Fixed MiB per device (memory factor applied), or -1 when sized by the chosen card."""
+    memory_percent: int
+    core_percent: int
+
+
+@dataclass(frozen=True, slots=True)
+class _DeviceFilter:
+    """The pod's device-selection annotations, parsed once per pod."""
+
+    use_types: tuple[str, ...]
+    nouse_types: tuple[str, ...]
+    use_uuids: frozenset[str]
+    nouse_uuids: frozenset[str]
+    vgpu_mode: str | None
+
+    @classmethod
+    def from_annotations(cls, annotations: Mapping[str, str]) -> _DeviceFilter | None:
+        use_types = _lowered_list(annotations.get(USE_GPU_TYPE_ANNOTATION))
+        nouse_types = _lowered_list(annotations.get(NOUSE_GPU_TYPE_ANNOTATION))
+        use_uuids = frozenset(_trimmed_list(annotations.get(USE_GPU_UUID_ANNOTATION)))
+        nouse_uuids = frozenset(_trimmed_list(annotations.get(NOUSE_GPU_UUID_ANNOTATION)))
+        vgpu_mode = annotations.get(VGPU_MODE_ANNOTATION)
+        if vgpu_mode is not None and not vgpu_mode.strip():
+            vgpu_mode = None
+        if not (use_types or nouse_types or use_uuids or nouse_uuids or vgpu_mode):
+            return None
+        return cls(use_types, nouse_types, use_uuids, nouse_uuids, vgpu_mode)
+
+    def type_refused(self, model: str, mode: str) -> bool:
+        lowered = model.lower()
+        if self.use_types and not any(t in lowered for t in self.use_types):
+            return True
+        if any(t in lowered for t in self.nouse_types):
+            return True
+        return self.vgpu_mode is not None and mode not in self.vgpu_mode
+
+    def uuid_refused(self, uuid: str) -> bool:
+        if self.use_uuids and uuid not in self.use_uuids:
+            return True
+        return uuid in self.nouse_uuids
+
+
+def _trimmed_list(value: str | None) -> list[str]:
+    # Empty entries ("a,,b" or a trailing comma) constrain nothing; HAMi would match an empty
+    # substring against every card, which no user means.
+    if value is None:
+        return []
+    return [entry.strip() for entry in value.split(",") if entry.strip()]
+
+
+def _lowered_list(value: str | None) -> tuple[str, ...]:
+    return tuple(entry.lower() for entry in _trimmed_list(value))
+
+
+def _blocks(
+    devices: tuple[DeviceState, ...], vendor_name: str, device_filter: _DeviceFilter | None
+) -> tuple[str | None, ...]:
+    """The static refusal of each device for one pod (None: may be tried)."""
+    blocks: list[str | None] = []
+    for state in devices:
+        device = state.device
+        if not device.healthy:
+            blocks.append(CARD_NOT_HEALTH)
+        elif device.vendor != vendor_name or (
+            device_filter is not None
+            and device_filter.type_refused(device.device_type, device.mode)
+        ):
+            blocks.append(CARD_TYPE_MISMATCH)
+        elif device_filter is not None and device_filter.uuid_refused(device.uuid):
+            blocks.append(CARD_UUID_MISMATCH)
+        else:
+            blocks.append(None)
+    return tuple(blocks)
+
+
+def _resolve_policy(annotation: str | None, default: str) -> str:
+    """The pod's annotation wins when it names a known policy (first entry of a HAMi chain such
+    as "binpack,numa"); anything else falls back to the configured policy."""
+    if annotation is not None:
+        chosen = annotation.split(",", 1)[0].strip().lower()
+        if chosen in POLICIES:
+            return chosen
+    return default
+
+
+def _checked_policy(name: str, value: str) -> str:
+    lowered = value.strip().lower()
+    if lowered not in POLICIES:
+        raise InvalidInputError.single(name, f"must be one of {', '.join(POLICIES)}, got {value!r}")
+    return lowered
+
+
+def _memory_need(ask: _Ask, memory_total_mib: int) -> int:
+    """Memory charged on one card: the fixed MiB, else the share of this card (integer,
+    HAMi's Totalmem × percentage / 100)."""
+    if ask.memory_mib >= 0:
+        return ask.memory_mib
+    return memory_total_mib * ask.memory_percent // 100
+
+
+def _build_ask(position: int, container: Container, vendor: VendorResources) -> _Ask | None:
+    for request in container.requests:
+        if request.vendor != vendor.vendor or request.count <= 0:
+            continue
+        factor = vendor.memory_factor if vendor.memory_factor > 1 else 1
+        memory_mib, memory_percent = -1, 0
+        if request.memory_mib > 0:
+            memory_mib = request.memory_mib * factor
+        elif request.memory_percent > 0:
+            memory_percent = min(request.memory_percent, _WHOLE_CARD_PERCENT)
+        elif vendor.default_memory_mib > 0:
+            # HAMi's defaultMemory is not multiplied by the memory factor (§3.2 step 4).
+            memory_mib = vendor.default_memory_mib
+        else:
+            memory_percent = _WHOLE_CARD_PERCENT
+        return _Ask(
+            position=position,
+            is_init=container.container_class is ContainerClass.INIT,
+            device_count=request.count,
+            memory_mib=memory_mib,
+            memory_percent=memory_percent,
+            core_percent=min(request.core_percent, _MAX_CORE_PERCENT),
+        )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _PodPlan:
+    """Everything about the pod that does not depend on the node, computed once per pod."""
+
+    pod: Pod
+    vendor: VendorResources
+    asks: tuple[_Ask, ...]
+    """The containers with a request, in fitting order (declaration order, apps last)."""
+    gpu_binpack: bool
+    device_filter: _DeviceFilter | None
+    quota_items: Mapping[str, QuotaItem] | None
+    """None when there is nothing a quota could refuse (no context, or no limit set)."""
+
+    @classmethod
+    def build(
+        cls,
+        pod: Pod,
+        vendor: VendorResources,
+        gpu_policy: str,
+        quota: QuotaContext | None,
+    ) -> _PodPlan:
+        gpu_policy = _resolve_policy(
+            pod.annotations.get(GPU_POLICY_ANNOTATION), _checked_policy("gpu_policy", gpu_policy)
+        )
+        # Kubernetes starts app containers only after every init container and sidecar, so
+        # they are fitted last even in a pod that lists them earlier: an init container is
+        # pre-charged with the sidecars before it and nothing else.
+        asks = tuple(
+            sorted(
+                (
+                    ask
+                    for position, container in enumerate(pod.containers)
+                    if (ask := _build_ask(position, container, vendor)) is not None
+                ),
+                key=lambda ask: pod.containers[ask.position].container_class is ContainerClass.APP,
+            )
+        )
+        quota_items = None
+        if quota is not None and any(item.limit_set for item in quota.items.values()):
+            quota_items = quota.items
+        return cls(
+            pod=pod,
+            vendor=vendor,
+            asks=asks,
+            gpu_binpack=gpu_policy == BINPACK,
+            device_filter=_DeviceFilter.from_annotations(pod.annotations),
+            quota_items=quota_items,
+        )
+
+
+def _capacity_refusal(
+    ask: _Ask,
+    slots_used: int,
+    slots_total: int,
+    memory_used_mib: int,
+    memory_total_mib: int,
+    cores_used: int,
+    cores_total: int,
+) -> str | None:
+    """The first capacity rule that refuses a device for one container's request, or None."""
+    if slots_total <= slots_used:
+        return CARD_TIME_SLICING_EXHAUSTED
+    if memory_total_mib - memory_used_mib < _memory_need(ask, memory_total_mib):
+        return CARD_INSUFFICIENT_MEMORY
+    cores = ask.core_percent
+    if cores_total - cores_used < cores:
+        return CARD_INSUFFICIENT_CORE
+    if cores == _EXCLUSIVE_CORE_PERCENT and cores_total == _EXCLUSIVE_CORE_PERCENT and slots_used:
+        return EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+    if cores == 0 and cores_total != 0 and cores_used == cores_total:
+        # A share-only task would land on a card whose compute is fully given away.
+        return CARD_COMPUTE_UNITS_EXHAUSTED
+    return None
+
+
+class _Placement(NamedTuple):
+    """The raw outcome of fitting a pod on one node: device positions, not objects yet."""
+
+    reason: str
+    """"" when every container fits."""
+    picks: tuple[tuple[int, ...], ...]
+    """Device positions per ask, in the order chosen."""
+    needs: tuple[tuple[int, ...], ...]
+    """Memory charged per pick (MiB), parallel to picks."""
+    slots_used: list[int]
+    memory_used: list[int]
+    cores_used: list[int]
+    """The steady copy after the pass, per device position (base usage included)."""
+    init_peaks: dict[int, list[int]] | None
+    """Device position -> [memory, cores, slots] of the highest init point on it."""
+
+
+def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement:
+    """Fits every container of the pod on one node: the hot path of the scheduler.
+
+    The capacity test in the device loop is _capacity_refusal inlined (a call per device
+    visited costs as much as the rest of the loop); _capacity_refusal itself names the reason
+    once a container fails, and bench/naive_fit.py cross-checks both.
+    """
+    vendor_name = plan.vendor.vendor
+    if plan.device_filter is None:
+        blocks = columns.unfiltered_blocks.get(vendor_name)
+        if blocks is None:
+            blocks = columns.unfiltered_blocks[vendor_name] = _blocks(
+                columns.devices, vendor_name, None
+            )
+    else:
+        blocks = _blocks(columns.devices, vendor_name, plan.device_filter)
+    vendor_devices = columns.vendor_counts.get(vendor_name, 0)
+    slots_total = columns.slots_total
+    memory_total = columns.memory_total
+    cores_total = columns.cores_total
+    slots_base = columns.slots_used
+    memory_base = columns.memory_used
+    cores_base = columns.cores_used
+    # The steady copy: three small lists, the only per-node mutable state.
+    slots_used = list(slots_base)
+    memory_used = list(memory_base)
+    cores_used = list(cores_base)
+    binpack = plan.gpu_binpack
+    order: Sequence[int] = columns.binpack_order if binpack else columns.spread_order
+    scores: list[float] | None = None
+    stale: list[int] | None = None
+    init_peaks: dict[int, list[int]] | None = None
+    all_picks: list[tuple[int, ...]] = []
+    all_needs: list[tuple[int, ...]] = []
+
+    for ask in plan.asks:
+        _, is_init, count, memory_fixed, memory_percent, cores = ask
+        if count > vendor_devices:
+            return _failed(NODE_INSUFFICIENT_DEVICE)
+        if stale is not None:
+            # Only the devices the last steady container took changed score; re-sort lazily.
+            if scores is None:
+                scores = list(columns.device_scores)
+            for p in stale:
+                scores[p] = device_score(
+                    slots_used[p],
+                    slots_total[p],
+                    cores_used[p],
+                    cores_total[p],
+                    memory_used[p],
+                    memory_total[p],
+                )
+            order = _device_order(columns.index_descending, scores, binpack)
+            stale = None
+        picks: list[int] = []
+        needs: list[int] = []
+        for p in order:
+            if blocks[p] is not None:
+                continue
+            used = slots_used[p]
+            if slots_total[p] <= used:
+                continue
+            total = memory_total[p]
+            need = memory_fixed if memory_fixed >= 0 else total * memory_percent // 100
+            if total - memory_used[p] < need:
+                continue
+            total = cores_total[p]
+            if total - cores_used[p] < cores:
+                continue
+            if cores == _EXCLUSIVE_CORE_PERCENT and total == _EXCLUSIVE_CORE_PERCENT and used:
+                continue
+            if cores == 0 and total != 0 and cores_used[p] == total:
+                continue
+            picks.append(p)
+            needs.append(need)
+            if len(picks) == count:
+                break
+        else:
+            return _failed(
+                _device_reasons(
+                    ask,
+                    blocks,
+                    slots_used,
+                    slots_total,
+                    memory_used,
+                    memory_total,
+                    cores_used,
+                    cores_total,
+                )
+            )
+        if is_init:
+            if init_peaks is None:
+                init_peaks = {}
+            for p, need in zip(picks, needs, strict=True):
+                # The init point: sidecars declared so far on this card plus the init itself.
+                memory_point = memory_used[p] - memory_base[p] + need
+                cores_point = cores_used[p] - cores_base[p] + cores
+                slots_point = slots_used[p] - slots_base[p] + 1
+                peak = init_peaks.get(p)
+                if peak is None:
+                    init_peaks[p] = [memory_point, cores_point, slots_point]
+                else:
+                    if peak[0] < memory_point:
+                        peak[0] = memory_point
+                    if peak[1] < cores_point:
+                        peak[1] = cores_point
+                    if peak[2] < slots_point:
+                        peak[2] = slots_point
+        else:
+            for p, need in zip(picks, needs, strict=True):
+                slots_used[p] += 1
+                memory_used[p] += need
+                cores_used[p] += cores
+            stale = picks
+        all_picks.append(tuple(picks))
+        all_needs.append(tuple(needs))
+
+    return _Placement(
+        "",
+        tuple(all_picks),
+        tuple(all_needs),
+        slots_used,
+        memory_used,
+        cores_used,
+        init_peaks,
+    )
+
+
+def _failed(reason: str) -> _Placement:
+    return _Placement(reason, (), (), [], [], [], None)
+
+
+def _device_reasons(
+    ask: _Ask,
+    blocks: Sequence[str | None],
+    slots_used: Sequence[int],
+    slots_total: Sequence[int],
+    memory_used: Sequence[int],
+    memory_total: Sequence[int],
+    cores_used: Sequence[int],
+    cores_total: Sequence[int],
+) -> str:
+    """Why one container fits nowhere on the node: each device counted under its first reason.
+
+    Only called on failure, when HAMi's walk has visited every device, so the order does not
+    matter: a device that passes every rule is one HAMi had picked before running out.
+    """
+    counts: dict[str, int] = {}
+    passing = 0
+    for p, block in enumerate(blocks):
+        reason = block or _capacity_refusal(
+            ask,
+            slots_used[p],
+            slots_total[p],
+            memory_used[p],
+            memory_total[p],
+            cores_used[p],
+            cores_total[p],
+        )
+        if reason is None:
+            passing += 1
+        else:
+            counts[reason] = counts.get(reason, 0) + 1
+    if passing:
+        counts[ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = passing
+    return format_reasons(counts, len(blocks))
+
+
+def _grants(
+    plan: _PodPlan, columns: _NodeColumns, placement: _Placement
+) -> tuple[tuple[DeviceGrant, ...], ...]:
+    """Raw grants per container position; a GPU-less container keeps its empty position."""
+    per_position: list[tuple[DeviceGrant, ...]] = [()] * len(plan.pod.containers)
+    device_type = plan.vendor.vendor
+    uuids = columns.uuids
+    for ask, picks, needs in zip(plan.asks, placement.picks, placement.needs, strict=True):
+        per_position[ask.position] = tuple(
+            DeviceGrant(uuids[p], device_type, need, ask.core_percent)
+            for p, need in zip(picks, needs, strict=True)
+        )
+    return tuple(per_position)
+
+
+def _merged_usage(
+    plan: _PodPlan, columns: _NodeColumns, placement: _Placement
+) -> tuple[DeviceUsage, ...]:
+    """max(steady, every init point) per device the pod touches, sorted by UUID."""
+    touched = {p for picks in placement.picks for p in picks}
+    peaks = placement.init_peaks or {}
+    device_type = plan.vendor.vendor
+    usage: list[DeviceUsage] = []
+    for p in touched:
+        memory_mib = placement.memory_used[p] - columns.memory_used[p]
+        core_percent = placement.cores_used[p] - columns.cores_used[p]
+        slots = placement.slots_used[p] - columns.slots_used[p]
+        peak = peaks.get(p)
+        if peak is not None:
+            memory_mib = max(memory_mib, peak[0])
+            core_percent = max(core_percent, peak[1])
+            slots = max(slots, peak[2])
+        usage.append(DeviceUsage(columns.uuids[p], device_type, memory_mib, core_percent, slots))
+    usage.sort(key=lambda u: u.uuid)
+    return tuple(usage)
+
+
+def _quota_allows(plan: _PodPlan, grants: tuple[tuple[DeviceGrant, ...], ...]) -> bool:
+    """Re-checks the namespace quota with the memory the chosen cards really give.
+
+    Memory asked as a percentage is unknown at admission, so this is where it is enforced.
+    Containers keep their real class (HAMi #3052 classified the first app containers as init
+    in its app pass, so a GPU-less init container let a pod through). The check runs once per
+    node on the complete placement, not per candidate device as in HAMi: a node refused here
+    is not retried with other cards, and the refusal is reported against all of the node's
+    devices, e.g. "1/1 ResourceQuotaNotFit".
+    """
+    assert plan.quota_items is not None
+    containers = [
+        Container(container.name, container.container_class, (), container_grants)
+        for container, container_grants in zip(plan.pod.containers, grants, strict=True)
+    ]
+    usage = pod_rules.collapse_grants(containers)
+    return quota_rules.check_usage(plan.pod.namespace, usage, plan.quota_items, plan.vendor).allowed
+
+
+def _quota_refusal(columns: _NodeColumns) -> str:
+    devices_total = len(columns.devices)
+    return format_reasons({RESOURCE_QUOTA_NOT_FIT: devices_total}, devices_total)
+
+
+_Shape = tuple[tuple[tuple[int, int], ...], ...]
+
+
+def _placement_shape(placement: _Placement) -> _Shape:
+    """The placement with devices renamed by first use: the quota's answer depends only on
+    which containers share a card and how much each takes, not on which card it is."""
+    renamed: dict[int, int] = {}
+    return tuple(
+        tuple(
+            (renamed.setdefault(p, len(renamed)), need)
+            for p, need in zip(picks, needs, strict=True)
+        )
+        for picks, needs in zip(placement.picks, placement.needs, strict=True)
+    )
+
+
+def _fit_node(plan: _PodPlan, node: NodeState) -> NodeFit:
+    columns = node._columns
+    no_grants: tuple[tuple[DeviceGrant, ...], ...] = ((),) * len(plan.pod.containers)
+    placement = _place(plan, columns)
+    if placement.reason:
+        return NodeFit(node.node_name, False, placement.reason, columns.node_score, no_grants, ())
+    grants = _grants(plan, columns, placement)
+    if plan.quota_items is not None and plan.asks and not _quota_allows(plan, grants):
+        refusal = _quota_refusal(columns)
+        return NodeFit(node.node_name, False, refusal, columns.node_score, no_grants, ())
+    return NodeFit(
+        node.node_name,
+        True,
+        "",
+        columns.node_score,
+        grants,
+        _merged_usage(plan, columns, placement),
+    )
+
+
+def fit_node(
+    pod: Pod,
+    node: NodeState,
+    *,
+    vendor: VendorResources = NVIDIA_RESOURCES,
+    gpu_policy: str = SPREAD,
+    quota: QuotaContext | None = None,
+) -> NodeFit:
+    """Fits a pod on one node: its grants per container and the usage it would add there.
+
+    Args:
+        pod: containers in declaration order with their class and requests.
+        node: the node's devices with their current usage.
+        vendor: whose requests to fit (NVIDIA's resource names by default).
+        gpu_policy: binpack (busiest card first) or spread (least busy first); the pod's
+            hami.io/gpu-scheduler-policy annotation wins when it names one of them.
+        quota: the pod's namespace quota, re-checked with the real card sizes when given.
+
+    Raises:
+        InvalidInputError: gpu_policy is neither binpack nor spread.
+    """
+    return _fit_node(_PodPlan.build(pod, vendor, gpu_policy, quota), node)
+
+
+def fit_pod(
+    pod: Pod,
+    nodes: Sequence[NodeState],
+    *,
+    vendor: VendorResources = NVIDIA_RESOURCES,
+    node_policy: str = BINPACK,
+    gpu_policy: str = SPREAD,
+    quota: QuotaContext | None = None,
+) -> FitResult:
+    """Chooses a node and its devices for a pod (HAMi's Filter, without side effects).
+
+    Every node is tried. Among those that fit, binpack takes the highest node score (the
+    busiest node) and spread the lowest; equal scores go to the smaller node name, so the
+    answer does not depend on the order of ``nodes``. The pod's hami.io/node-scheduler-policy
+    and hami.io/gpu-scheduler-policy annotations win over the arguments.
+
+    Raises:
+        InvalidInputError: a policy argument is neither binpack nor spread.
+    """
+    node_policy = _resolve_policy(
+        pod.annotations.get(NODE_POLICY_ANNOTATION), _checked_policy("node_policy", node_policy)
+    )
+    plan = _PodPlan.build(pod, vendor, gpu_policy, quota)
+    no_grants: tuple[tuple[DeviceGrant, ...], ...] = ((),) * len(pod.containers)
+    if not plan.asks:
+        return FitResult(
+            None,
+            no_grants,
+            MappingProxyType({}),
+            MappingProxyType({}),
+            NO_GPU_REQUEST,
+            f"pod {pod.key} asks for no {vendor.vendor} device: any node fits",
+        )
+    failed: dict[str, str] = {}
+    scores: dict[str, float] = {}
+    # Minimising (sign × score, name): binpack maximises the score, spread minimises it.
+    sign = -1.0 if node_policy == BINPACK else 1.0
+    best: tuple[float, str] | None = None
+    best_node: NodeState | None = None
+    best_placement: _Placement | None = None
+    # Many nodes end with the same placement shape; the quota answers once per shape.
+    quota_answers: dict[_Shape, bool] = {}
+    for node in nodes:
+        columns = node._columns
+        placement = _place(plan, columns)
+        reason = placement.reason
+        if not reason and plan.quota_items is not None:
+            shape = _placement_shape(placement)
+            allowed = quota_answers.get(shape)
+            if allowed is None:
+                allowed = quota_answers[shape] = _quota_allows(
+                    plan, _grants(plan, columns, placement)
+                )
+            if not allowed:
+                reason = _quota_refusal(columns)
+        if reason:
+            failed[node.node_name] = reason
+            continue
+        score = columns.node_score
+        scores[node.node_name] = score
+        key = (sign * score, node.node_name)
+        if best is None or key < best:
+            best, best_node, best_placement = key, node, placement
+
+    # Sorted by name, like the choice itself, so the answer is the same for any node order.
+    failed = dict(sorted(failed.items()))
+    if best_node is None or best_placement is None:
+        details = "; ".join(f"{name}: {reason}" for name, reason in failed.items())
+        return FitResult(
+            None,
+            no_grants,
+            MappingProxyType(failed),
+            MappingProxyType(scores),
+            NO_NODE_FITS,
+            f"0/{len(nodes)} nodes fit" + (f": {details}" if details else ""),
+        )
+    return FitResult(
+        best_node.node_name,
+        _grants(plan, best_node._columns, best_placement),
+        MappingProxyType(failed),
+        MappingProxyType(scores),
+        SCHEDULED,
+        f"{len(scores)}/{len(nodes)} nodes fit; {node_policy} chose {best_node.node_name} "
+        f"(score {best_node._columns.node_score:.2f})",
+    )
+
+
+def pod_requests_devices(pod: Pod, vendor: VendorResources = NVIDIA_RESOURCES) -> bool:
+    """True when any container asks for at least one of the vendor's devices."""
+    return any(
+        request.vendor == vendor.vendor and request.count > 0
+        for container in pod.containers
+        for request in container.requests
+    )

@@ -1,0 +1,320 @@
+"""A deliberately naive scheduler fit, the literal reading of the design, for the benchmark.
+
+Layer: benchmark reference (pure; never imported by the services). It does what
+ARCHITECTURE §2 and HAMi's scoreNode describe word for word: one deep copy of the node's device
+state for the steady pass (sidecars and apps, cumulative), and for every regular init container
+a fresh deep copy of that steady copy as it stands at the init container's point, then a
+per-device max over all copies. It recomputes and re-sorts every device score for every
+container. accounting/fit.py gives the same answers without the copies; a property test pins
+the two together, and ``python -m bench.naive_fit`` shows the difference in speed.
+
+Written separately from accounting/fit.py on purpose (only the result types, reason strings and
+annotation keys are shared), so that the cross-check can catch a slip in either.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+import timeit
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from accounting import fit
+from accounting.model import (
+    NVIDIA_RESOURCES,
+    Container,
+    ContainerClass,
+    Device,
+    DeviceGrant,
+    DeviceRequest,
+    DeviceState,
+    DeviceUsage,
+    Pod,
+    VendorResources,
+)
+from accounting.pod import collapse_grants
+from accounting.quota import check_usage
+
+
+@dataclass
+class _Card:
+    """A mutable copy of one device, as HAMi's DeviceUsage."""
+
+    position: int
+    uuid: str
+    model: str
+    vendor: str
+    mode: str
+    index: int
+    healthy: bool
+    slots_total: int
+    memory_total: int
+    cores_total: int
+    slots_used: int
+    memory_used: int
+    cores_used: int
+
+    def score(self) -> float:
+        if self.slots_total == 0 or self.cores_total == 0 or self.memory_total == 0:
+            return 0.0
+        return 10 * (
+            self.slots_used / self.slots_total
+            + self.cores_used / self.cores_total
+            + self.memory_used / self.memory_total
+        )
+
+
+def _entries(value: str | None) -> list[str]:
+    return [] if value is None else [e.strip() for e in value.split(",") if e.strip()]
+
+
+def _policy(annotation: str | None, default: str) -> str:
+    if annotation is not None:
+        first = annotation.split(",")[0].strip().lower()
+        if first in ("binpack", "spread"):
+            return first
+    return default.strip().lower()
+
+
+def _request(container: Container, vendor: VendorResources) -> DeviceRequest | None:
+    for request in container.requests:
+        if request.vendor == vendor.vendor and request.count > 0:
+            return request
+    return None
+
+
+def _memory(request: DeviceRequest, card: _Card, vendor: VendorResources) -> int:
+    if request.memory_mib > 0:
+        return request.memory_mib * max(vendor.memory_factor, 1)
+    if request.memory_percent > 0:
+        return card.memory_total * min(request.memory_percent, 100) // 100
+    if vendor.default_memory_mib > 0:
+        return vendor.default_memory_mib
+    return card.memory_total
+
+
+def _refusal(
+    card: _Card,
+    request: DeviceRequest,
+    annotations: Mapping[str, str],
+    vendor: VendorResources,
+) -> str | None:
+    """HAMi's NVIDIA Fit checks for one device, in HAMi's order."""
+    if not card.healthy:
+        return fit.CARD_NOT_HEALTH
+    model = card.model.lower()
+    use_types = [t.lower() for t in _entries(annotations.get(fit.USE_GPU_TYPE_ANNOTATION))]
+    nouse_types = [t.lower() for t in _entries(annotations.get(fit.NOUSE_GPU_TYPE_ANNOTATION))]
+    mode = (annotations.get(fit.VGPU_MODE_ANNOTATION) or "").strip()
+    if (
+        card.vendor != vendor.vendor
+        or (use_types and not any(t in model for t in use_types))
+        or any(t in model for t in nouse_types)
+        or (mode and card.mode not in annotations[fit.VGPU_MODE_ANNOTATION])
+    ):
+        return fit.CARD_TYPE_MISMATCH
+    use_uuids = _entries(annotations.get(fit.USE_GPU_UUID_ANNOTATION))
+    if (use_uuids and card.uuid not in use_uuids) or card.uuid in _entries(
+        annotations.get(fit.NOUSE_GPU_UUID_ANNOTATION)
+    ):
+        return fit.CARD_UUID_MISMATCH
+    if card.slots_total <= card.slots_used:
+        return fit.CARD_TIME_SLICING_EXHAUSTED
+    if card.memory_total - card.memory_used < _memory(request, card, vendor):
+        return fit.CARD_INSUFFICIENT_MEMORY
+    cores = min(request.core_percent, 100)
+    if card.cores_total - card.cores_used < cores:
+        return fit.CARD_INSUFFICIENT_CORE
+    if card.cores_total == 100 and cores == 100 and card.slots_used > 0:
+        return fit.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+    if card.cores_total != 0 and card.cores_used == card.cores_total and cores == 0:
+        return fit.CARD_COMPUTE_UNITS_EXHAUSTED
+    return None
+
+
+def _fit_container(
+    cards: list[_Card],
+    request: DeviceRequest,
+    annotations: Mapping[str, str],
+    vendor: VendorResources,
+    binpack: bool,
+) -> list[_Card] | str:
+    """Chosen cards (not yet charged), or the aggregated reason."""
+    if request.count > sum(1 for c in cards if c.vendor == vendor.vendor):
+        return fit.NODE_INSUFFICIENT_DEVICE
+    if binpack:
+        ordered = sorted(cards, key=lambda c: (c.score(), c.index, c.position), reverse=True)
+    else:
+        ordered = sorted(cards, key=lambda c: (c.score(), -c.index, -c.position))
+    chosen: list[_Card] = []
+    reasons: dict[str, int] = {}
+    for card in ordered:
+        refusal = _refusal(card, request, annotations, vendor)
+        if refusal is not None:
+            reasons[refusal] = reasons.get(refusal, 0) + 1
+            continue
+        chosen.append(card)
+        if len(chosen) == request.count:
+            return chosen
+    if chosen:
+        reasons[fit.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(chosen)
+    return ", ".join(sorted(f"{n}/{len(cards)} {r}" for r, n in reasons.items()))
+
+
+def naive_fit_node(
+    pod: Pod,
+    node: fit.NodeState,
+    *,
+    vendor: VendorResources = NVIDIA_RESOURCES,
+    gpu_policy: str = "spread",
+    quota: fit.QuotaContext | None = None,
+) -> fit.NodeFit:
+    """Same contract as accounting.fit.fit_node, computed with a deep copy per pass."""
+    binpack = _policy(pod.annotations.get(fit.GPU_POLICY_ANNOTATION), gpu_policy) == "binpack"
+    original = [
+        _Card(
+            position,
+            state.device.uuid,
+            state.device.device_type,
+            state.device.vendor,
+            state.device.mode,
+            state.device.index,
+            state.device.healthy,
+            state.device.slots_total,
+            state.device.memory_total_mib,
+            state.device.cores_total,
+            state.slots_used,
+            state.memory_used_mib,
+            state.cores_used,
+        )
+        for position, state in enumerate(node.devices)
+    ]
+    totals = [sum(c.slots_total for c in original), sum(c.cores_total for c in original)]
+    totals.append(sum(c.memory_total for c in original))
+    node_score = 0.0
+    if all(totals):
+        node_score = 10 * (
+            sum(c.slots_used for c in original) / totals[0]
+            + sum(c.cores_used for c in original) / totals[1]
+            + sum(c.memory_used for c in original) / totals[2]
+        )
+    no_grants: tuple[tuple[DeviceGrant, ...], ...] = ((),) * len(pod.containers)
+
+    def refused(reason: str) -> fit.NodeFit:
+        return fit.NodeFit(node.node_name, False, reason, node_score, no_grants, ())
+
+    steady = copy.deepcopy(original)
+    init_copies: list[list[_Card]] = []
+    grants: list[tuple[DeviceGrant, ...]] = [()] * len(pod.containers)
+    # Apps start after every init container and sidecar, whatever the list order says.
+    walk = sorted(
+        enumerate(pod.containers), key=lambda pc: pc[1].container_class is ContainerClass.APP
+    )
+    for position, container in walk:
+        request = _request(container, vendor)
+        if request is None:
+            continue
+        is_init = container.container_class is ContainerClass.INIT
+        cards = copy.deepcopy(steady) if is_init else steady
+        chosen = _fit_container(cards, request, pod.annotations, vendor, binpack)
+        if isinstance(chosen, str):
+            return refused(chosen)
+        cores = min(request.core_percent, 100)
+        container_grants = []
+        for card in chosen:
+            memory = _memory(request, card, vendor)
+            container_grants.append(DeviceGrant(card.uuid, vendor.vendor, memory, cores))
+            card.slots_used += 1
+            card.memory_used += memory
+            card.cores_used += cores
+        grants[position] = tuple(container_grants)
+        if is_init:
+            init_copies.append(cards)
+
+    usage = []
+    for position, base in enumerate(original):
+        copies = [steady[position]] + [c[position] for c in init_copies]
+        slots = max(c.slots_used for c in copies) - base.slots_used
+        if slots == 0:
+            continue
+        memory = max(c.memory_used for c in copies) - base.memory_used
+        cores = max(c.cores_used for c in copies) - base.cores_used
+        usage.append(DeviceUsage(base.uuid, vendor.vendor, memory, cores, slots))
+    usage.sort(key=lambda u: u.uuid)
+
+    if quota is not None and any(grants):
+        containers = [
+            Container(c.name, c.container_class, (), g)
+            for c, g in zip(pod.containers, grants, strict=True)
+        ]
+        decision = check_usage(pod.namespace, collapse_grants(containers), quota.items, vendor)
+        if not decision.allowed:
+            total = len(original)
+            return refused(f"{total}/{total} {fit.RESOURCE_QUOTA_NOT_FIT}")
+    return fit.NodeFit(node.node_name, True, "", node_score, tuple(grants), tuple(usage))
+
+
+def _benchmark_pod() -> Pod:
+    def gpu(count: int, memory_mib: int, core_percent: int) -> tuple[DeviceRequest, ...]:
+        return (DeviceRequest("NVIDIA", count, memory_mib, 0, core_percent),)
+
+    return Pod(
+        "uid-bench",
+        "team-a",
+        "bench",
+        (
+            Container("fetch-weights", ContainerClass.INIT, gpu(1, 8000, 30)),
+            Container("log-shipper", ContainerClass.SIDECAR, gpu(1, 2000, 10)),
+            Container("convert", ContainerClass.INIT, gpu(2, 4000, 20)),
+            Container("server", ContainerClass.APP, gpu(1, 6000, 30)),
+            Container("metrics", ContainerClass.APP, gpu(1, 1000, 5)),
+        ),
+    )
+
+
+def _benchmark_nodes(count: int) -> list[fit.NodeState]:
+    return [
+        fit.NodeState(
+            f"node-{n}",
+            tuple(
+                DeviceState(
+                    Device(f"GPU-{n}-{i}", "NVIDIA A100-SXM4-40GB", i, 10, 40960, 100),
+                    memory_used_mib=(n * 3 + i * 5) % 8 * 3000,
+                    cores_used=(n + i * 7) % 6 * 10,
+                    slots_used=(n + i) % 4,
+                )
+                for i in range(8)
+            ),
+        )
+        for n in range(count)
+    ]
+
+
+def main() -> None:
+    """Prints µs of compute per node: fit_pod, fit_node and the naive deep-copy fit."""
+    pod, nodes = _benchmark_pod(), _benchmark_nodes(200)
+    for node in nodes:
+        assert fit.fit_node(pod, node) == naive_fit_node(pod, node)
+
+    def best_per_node_us(run: Callable[[], object], repeat: int = 5, number: int = 10) -> float:
+        # CPU time of this process: the machines are shared, wall time would count neighbours.
+        times = timeit.repeat(run, repeat=repeat, number=number, timer=time.process_time)
+        return min(times) / number / len(nodes) * 1e6
+
+    rows = {
+        "fit_pod (2 init, 1 sidecar, 2 apps; 8 GPUs)": best_per_node_us(
+            lambda: fit.fit_pod(pod, nodes)
+        ),
+        "fit_node per node": best_per_node_us(lambda: [fit.fit_node(pod, n) for n in nodes]),
+        "naive_fit_node per node": best_per_node_us(
+            lambda: [naive_fit_node(pod, n) for n in nodes], repeat=3, number=1
+        ),
+    }
+    for label, micros in rows.items():
+        sys.stdout.write(f"{label:48s} {micros:8.1f} µs\n")
+
+
+if __name__ == "__main__":
+    main()

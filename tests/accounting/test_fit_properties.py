@@ -1,0 +1,223 @@
+"""Properties of the scheduler fit on random pods and nodes (Hypothesis).
+
+* a pod that fits never takes a device past its memory, cores or slots;
+* the merged usage the fit reports is exactly accounting.pod.collapse_grants of its grants;
+* the shared-state fit gives the same answers as the literal deep-copy fit (bench/naive_fit.py);
+* fit_pod agrees with fit_node on every node and does not depend on the order of the nodes;
+* a GPU-less container changes nothing but the positions (HAMi #2899 and #3052).
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accounting.fit import (
+    GPU_POLICY_ANNOTATION,
+    NOUSE_GPU_UUID_ANNOTATION,
+    USE_GPU_TYPE_ANNOTATION,
+    NodeState,
+    QuotaContext,
+    fit_node,
+    fit_pod,
+)
+from accounting.model import (
+    Container,
+    ContainerClass,
+    Device,
+    DeviceGrant,
+    DeviceRequest,
+    DeviceState,
+    Pod,
+    QuotaItem,
+)
+from accounting.pod import collapse_grants
+from bench.naive_fit import naive_fit_node
+
+PROPERTY_SETTINGS = settings(max_examples=500, deadline=None)
+MODELS = ("NVIDIA A10", "NVIDIA A100-SXM4-40GB", "NVIDIA-Tesla T4")
+
+
+@st.composite
+def devices(draw: st.DrawFn, uuid: str, index: int) -> DeviceState:
+    slots_total = draw(st.integers(1, 4))
+    memory_total_mib = draw(st.sampled_from([1000, 8000, 10000, 24576]))
+    cores_total = draw(st.sampled_from([100, 100, 200]))
+    device = Device(
+        uuid,
+        draw(st.sampled_from(MODELS)),
+        index,
+        slots_total,
+        memory_total_mib,
+        cores_total,
+        healthy=draw(st.sampled_from([True, True, True, False])),
+    )
+    return DeviceState(
+        device,
+        memory_used_mib=draw(st.sampled_from([0, 0, memory_total_mib // 2, memory_total_mib])),
+        cores_used=draw(st.sampled_from([0, 0, 20, cores_total])),
+        slots_used=draw(st.integers(0, slots_total)),
+    )
+
+
+@st.composite
+def nodes(draw: st.DrawFn, name: str = "node1") -> NodeState:
+    count = draw(st.integers(1, 4))
+    # Repeated indexes are allowed: the tie-break must still be deterministic.
+    indexes = draw(st.lists(st.integers(0, 3), min_size=count, max_size=count))
+    return NodeState(
+        name,
+        tuple(draw(devices(f"{name}-g{i}", indexes[i])) for i in range(count)),
+    )
+
+
+requests = st.one_of(
+    st.none(),
+    st.builds(
+        DeviceRequest,
+        vendor=st.just("NVIDIA"),
+        count=st.integers(1, 3),
+        memory_mib=st.sampled_from([0, 0, 100, 1000, 4000, 9000]),
+        memory_percent=st.sampled_from([0, 25, 40, 100]),
+        core_percent=st.sampled_from([0, 10, 30, 50, 100, 150]),
+    ),
+)
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> Pod:
+    count = draw(st.integers(1, 5))
+    containers = []
+    for i in range(count):
+        container_class = draw(st.sampled_from(list(ContainerClass)))
+        request = draw(requests)
+        containers.append(
+            Container(f"c{i}", container_class, () if request is None else (request,))
+        )
+    annotations = draw(
+        st.dictionaries(
+            st.sampled_from(
+                [GPU_POLICY_ANNOTATION, USE_GPU_TYPE_ANNOTATION, NOUSE_GPU_UUID_ANNOTATION]
+            ),
+            st.sampled_from(["binpack", "spread", "a100", "T4", "node1-g1", ""]),
+            max_size=2,
+        )
+    )
+    return Pod("uid", "team-a", "p", tuple(containers), annotations=annotations)
+
+
+quotas = st.one_of(
+    st.none(),
+    st.builds(
+        lambda memory_limit, cores_limit: QuotaContext(
+            {
+                "nvidia.com/gpumem": QuotaItem("nvidia.com/gpumem", 1000, memory_limit, True),
+                "nvidia.com/gpucores": QuotaItem("nvidia.com/gpucores", 0, cores_limit, True),
+            }
+        ),
+        st.sampled_from([2000, 10000, 30000]),
+        st.sampled_from([50, 100, 1000]),
+    ),
+)
+gpu_policies = st.sampled_from(["binpack", "spread"])
+
+
+def with_grants(pod: Pod, grants: tuple[tuple[DeviceGrant, ...], ...]) -> list[Container]:
+    return [
+        Container(c.name, c.container_class, c.requests, g)
+        for c, g in zip(pod.containers, grants, strict=True)
+    ]
+
+
+@PROPERTY_SETTINGS
+@given(pods(), nodes(), gpu_policies)
+def test_a_fitting_pod_never_takes_a_device_past_its_capacity(
+    pod: Pod, node: NodeState, gpu_policy: str
+) -> None:
+    fitted = fit_node(pod, node, gpu_policy=gpu_policy)
+    states = {state.device.uuid: state for state in node.devices}
+    for added in fitted.usage:
+        state = states[added.uuid]
+        assert state.memory_used_mib + added.memory_mib <= state.device.memory_total_mib
+        assert state.cores_used + added.core_percent <= state.device.cores_total
+        assert state.slots_used + added.slots <= state.device.slots_total
+    for grants in fitted.grants:
+        uuids = [grant.uuid for grant in grants]
+        assert len(uuids) == len(set(uuids)), "one request took the same device twice"
+
+
+@PROPERTY_SETTINGS
+@given(pods(), nodes(), gpu_policies)
+def test_merged_usage_is_the_collapse_of_the_grants(
+    pod: Pod, node: NodeState, gpu_policy: str
+) -> None:
+    fitted = fit_node(pod, node, gpu_policy=gpu_policy)
+    assert fitted.usage == collapse_grants(with_grants(pod, fitted.grants))
+    if fitted.fits:
+        asked = [any(r.count > 0 for r in c.requests) for c in pod.containers]
+        assert [bool(grants) for grants in fitted.grants] == asked
+
+
+@PROPERTY_SETTINGS
+@given(pods(), nodes(), gpu_policies, quotas)
+def test_fit_node_equals_the_naive_deep_copy_fit(
+    pod: Pod, node: NodeState, gpu_policy: str, quota: QuotaContext | None
+) -> None:
+    assert fit_node(pod, node, gpu_policy=gpu_policy, quota=quota) == naive_fit_node(
+        pod, node, gpu_policy=gpu_policy, quota=quota
+    )
+
+
+@PROPERTY_SETTINGS
+@given(
+    pods(),
+    st.lists(st.sampled_from(["node-a", "node-b", "node-c"]), min_size=1, max_size=3, unique=True),
+    st.data(),
+    gpu_policies,
+    quotas,
+)
+def test_fit_pod_agrees_with_fit_node_whatever_the_node_order(
+    pod: Pod,
+    names: list[str],
+    data: st.DataObject,
+    node_policy: str,
+    quota: QuotaContext | None,
+) -> None:
+    candidates = [data.draw(nodes(name)) for name in names]
+    result = fit_pod(pod, candidates, node_policy=node_policy, quota=quota)
+    assert fit_pod(pod, candidates[::-1], node_policy=node_policy, quota=quota) == result
+    if result.reason == "NoGpuRequest":
+        return
+    fits = {n.node_name: fit_node(pod, n, quota=quota) for n in candidates}
+    assert dict(result.failed_nodes) == {
+        name: fitted.reason for name, fitted in fits.items() if not fitted.fits
+    }
+    assert dict(result.scores) == {name: f.score for name, f in fits.items() if f.fits}
+    if result.node_name is None:
+        assert result.reason == "NoNodeFits"
+        return
+    assert result.grants == fits[result.node_name].grants
+    best = max if node_policy == "binpack" else min
+    assert result.scores[result.node_name] == best(result.scores.values())
+
+
+@PROPERTY_SETTINGS
+@given(pods(), nodes(), st.integers(0, 5), st.sampled_from(list(ContainerClass)), quotas)
+def test_a_gpu_less_container_only_shifts_positions(
+    pod: Pod,
+    node: NodeState,
+    where: int,
+    container_class: ContainerClass,
+    quota: QuotaContext | None,
+) -> None:
+    where = min(where, len(pod.containers))
+    padded = Pod(
+        pod.uid,
+        pod.namespace,
+        pod.name,
+        (*pod.containers[:where], Container("cpu-only", container_class), *pod.containers[where:]),
+        annotations=pod.annotations,
+    )
+    before, after = fit_node(pod, node, quota=quota), fit_node(padded, node, quota=quota)
+    assert (after.fits, after.reason, after.usage) == (before.fits, before.reason, before.usage)
+    assert after.grants == (*before.grants[:where], (), *before.grants[where:])
