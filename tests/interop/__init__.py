@@ -1,0 +1,1 @@
+"""Interop tests: clients in other languages (Go) against the real daemons."""
