@@ -6,8 +6,8 @@ Layer: accounting (pure). A "no" is a value with a reason and the numbers, never
 * an explicit limit of 0 blocks any positive request (HAMi #2313);
 * memory: the request already carries the memory factor, so the limit is multiplied by the
   factor (when > 1) — HAMi's FitQuota, equal to applying the factor once to the effective value;
-* the GPU count is computed and reported; it is enforced only when asked to (our extension of
-  HAMi, whose quota has no count dimension).
+* the GPU count (limits.nvidia.com/gpu) is a quota dimension too, enforced when a limit is set
+  (our extension: HAMi's quota has no count dimension); callers may switch it off.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def check_quota(
     items: Mapping[str, QuotaItem],
     vendor: VendorResources = NVIDIA_RESOURCES,
     *,
-    enforce_gpu_count: bool = False,
+    enforce_gpu_count: bool = True,
 ) -> QuotaDecision:
     """Checks a pod's effective request (see accounting.pod.effective_request) against its
     namespace's quota items (keyed by resource name, e.g. nvidia.com/gpumem)."""
@@ -147,7 +147,7 @@ def check_usage(
     items: Mapping[str, QuotaItem],
     vendor: VendorResources = NVIDIA_RESOURCES,
     *,
-    enforce_gpu_count: bool = False,
+    enforce_gpu_count: bool = True,
 ) -> QuotaDecision:
     """Checks per-device usage a pod would add (its collapsed grants, memory factor already in
     the granted MiB) against its namespace's quota: the scheduler's re-check with real card

@@ -1,0 +1,796 @@
+"""The usage recorder's Kubernetes source: list, then watch, pods, nodes and ResourceQuotas.
+
+Layer: services/usage (adapter). This is the only module that imports the ``kubernetes``
+client. It turns API objects into accounting values with the pure parsers
+(``accounting.kube_pod``, ``accounting.kube_node``) and hands them to a ``UsageSink`` (the
+store); it applies no accounting rule itself.
+
+Per kind, one thread runs the reflector loop client-go users know: list (paginated), reconcile
+the sink against the list, then watch from the list's resourceVersion, resuming each watch from
+the last resourceVersion seen (bookmarks included) when the server closes it at
+``timeoutSeconds``; a ``410 Expired`` (the version was compacted away) means list again and
+reconcile. The sink is told it is synced once all three kinds have been listed and applied.
+
+Objects are read as the JSON the API server sent (what Go's ``json.Marshal`` writes, the input
+the pure parsers take) rather than as the client's generated models: a model that fails the
+client's own validation would otherwise poison a watch, raising on the same event at every
+resume, and skipping model construction makes a large list several times cheaper.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from http import HTTPStatus
+from typing import Any, Protocol
+
+import urllib3.exceptions
+from kubernetes import client, config, watch
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from accounting import hami_codec, kube_node, kube_pod
+from accounting.errors import InvalidInputError
+from accounting.model import NVIDIA_RESOURCES, Device, Pod
+
+__all__ = [
+    "QUOTA_KEYS",
+    "ApiClient",
+    "KubernetesApiError",
+    "KubernetesConfigError",
+    "KubernetesSource",
+    "LeaseClient",
+    "LeaseConflictError",
+    "LeaseRecord",
+    "UsageSink",
+    "api_client_from_mode",
+    "merge_quota_limits",
+    "quota_limits",
+]
+
+logger = logging.getLogger(__name__)
+
+QUOTA_KEYS: tuple[str, ...] = (
+    NVIDIA_RESOURCES.quota_memory_key,
+    NVIDIA_RESOURCES.quota_core_key,
+    NVIDIA_RESOURCES.quota_count_key,
+)
+"""ResourceQuota spec.hard keys we read: HAMi's two plus our device-count extension."""
+
+_PODS = "pods"
+_NODES = "nodes"
+_QUOTAS = "resourcequotas"
+_KINDS = (_PODS, _NODES, _QUOTAS)
+
+_CONNECT_TIMEOUT_S = 10.0
+# Added to timeoutSeconds for the socket read timeout, so a silent server is noticed.
+_WATCH_READ_GRACE_S = 30
+_FIRST_BACKOFF_S = 0.5
+
+
+class UsageSink(Protocol):
+    """Where the source applies what it sees; the usage store implements it.
+
+    Every method is an idempotent upsert or removal, so replaying an event changes nothing.
+    Calls come from the source's threads, up to three at once.
+    """
+
+    def record_pod(self, pod: Pod) -> object:
+        """Records (or updates) a tracked pod's current state."""
+        ...
+
+    def forget_pod(self, pod_uid: str) -> object:
+        """Removes a pod and everything it was charged; an unknown uid is a no-op."""
+        ...
+
+    def register_node(self, node_name: str, devices: Sequence[Device]) -> object:
+        """Sets a node's device inventory (replacing the previous one)."""
+        ...
+
+    def forget_node(self, node_name: str) -> object:
+        """Removes a node's inventory; an unknown node is a no-op."""
+        ...
+
+    def set_quota(self, namespace: str, limits: Mapping[str, int]) -> object:
+        """Makes the namespace's limits exactly these keys (an empty mapping clears them)."""
+        ...
+
+    def tracked_pod_uids(self) -> frozenset[str]:
+        """Every pod uid the sink holds, journal included."""
+        ...
+
+    def set_synced(self, synced: bool) -> None:
+        """Tells the sink whether its state reflects the cluster (gates gRPC health)."""
+        ...
+
+
+class KubernetesConfigError(Exception):
+    """No usable Kubernetes client configuration (in-cluster or kubeconfig)."""
+
+
+class KubernetesApiError(Exception):
+    """A Kubernetes API call failed; ``status`` is the HTTP status, 0 for transport errors."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class LeaseConflictError(KubernetesApiError):
+    """The Lease changed since it was read (409 on update) or already exists (409 on create)."""
+
+
+def api_client_from_mode(mode: str, kubeconfig: str | None) -> ApiClient | None:
+    """Builds the API client for a configured source mode.
+
+    Args:
+        mode: ``off`` (no Kubernetes source), ``in-cluster`` (the pod's service account) or
+            ``kubeconfig`` (the file at ``kubeconfig``; None means ``$KUBECONFIG`` or
+            ``~/.kube/config``).
+        kubeconfig: path of the kubeconfig file, used with ``mode="kubeconfig"``.
+
+    Raises:
+        ValueError: an unknown mode.
+        KubernetesConfigError: the configuration could not be loaded.
+    """
+    if mode == "off":
+        return None
+    configuration = client.Configuration()
+    try:
+        # The client's config module is unannotated.
+        if mode == "in-cluster":
+            config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+        elif mode == "kubeconfig":
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, client_configuration=configuration
+            )
+        else:
+            raise ValueError(f"unknown Kubernetes mode {mode!r}: use off, in-cluster or kubeconfig")
+    except config.ConfigException as error:
+        raise KubernetesConfigError(
+            f"cannot load the {mode} Kubernetes configuration: {error}"
+        ) from error
+    return ApiClient(configuration)
+
+
+# -- ResourceQuota limits ------------------------------------------------------------------------
+
+
+def quota_limits(quota: Mapping[str, Any]) -> dict[str, int]:
+    """The GPU limits of one ResourceQuota object (decoded JSON), from ``spec.hard``.
+
+    Only ``QUOTA_KEYS`` are read. A value is taken as HAMi's ``Quantity.AsInt64`` takes it: a
+    whole number that fits int64, whatever its suffix ("24576", "24Ki", "2k"); anything else
+    ("1.5", "500m", "abc", a negative number) is skipped with a warning.
+    """
+    metadata = quota.get("metadata") or {}
+    spec = quota.get("spec") or {}
+    hard = spec.get("hard") if isinstance(spec, Mapping) else None
+    if not isinstance(hard, Mapping):
+        return {}
+    limits: dict[str, int] = {}
+    for key in QUOTA_KEYS:
+        if key not in hard:
+            continue
+        try:
+            value = kube_pod.quantity_as_int64(kube_pod.parse_quantity(hard[key]))
+        except ValueError:
+            value = None
+        if value is None or value < 0:
+            logger.warning(
+                "ResourceQuota %s/%s: %s=%r is not a whole non-negative number; ignoring the key",
+                metadata.get("namespace"),
+                metadata.get("name"),
+                key,
+                hard[key],
+                extra={
+                    "quota_namespace": metadata.get("namespace"),
+                    "quota_name": metadata.get("name"),
+                },
+            )
+            continue
+        limits[key] = value
+    return limits
+
+
+def merge_quota_limits(quotas: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Merges the limits of several ResourceQuotas in one namespace: the minimum per key.
+
+    Kubernetes enforces every ResourceQuota of a namespace, so the tightest one binds. (HAMi
+    keeps one slot per namespace instead: the last quota written wins and deleting either clears
+    it, HAMi #2997.)
+    """
+    merged: dict[str, int] = {}
+    for limits in quotas:
+        for key, value in limits.items():
+            merged[key] = min(value, merged.get(key, value))
+    return merged
+
+
+# -- the source ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """One watched resource: how to list it and how to apply what arrives."""
+
+    name: str
+    list_function: Callable[..., Any]
+    apply_list: Callable[[list[dict[str, Any]]], None]
+    apply_event: Callable[[str, dict[str, Any]], None]
+
+
+class KubernetesSource:
+    """Keeps a ``UsageSink`` in step with the cluster's pods, nodes and ResourceQuotas."""
+
+    def __init__(
+        self,
+        api_client: ApiClient,
+        sink: UsageSink,
+        *,
+        resync_s: float = 3600.0,
+        watch_timeout_s: int = 300,
+        list_page_size: int = 500,
+        request_timeout_s: float = 60.0,
+        max_backoff_s: float = 30.0,
+    ) -> None:
+        """Builds a stopped source; ``start()`` runs it.
+
+        Args:
+            api_client: the official client's ApiClient, e.g. from ``api_client_from_mode``.
+            sink: where pods, nodes and quotas go.
+            resync_s: a full re-list and reconcile at least this often, a safety net against
+                missed events; 0 disables it.
+            watch_timeout_s: ``timeoutSeconds`` of each watch request (whole seconds, >= 1);
+                the watch then resumes from its last resourceVersion.
+            list_page_size: ``limit`` of each list page.
+            request_timeout_s: read timeout of list requests.
+            max_backoff_s: cap of the exponential back-off after failed requests.
+        """
+        if watch_timeout_s < 1:
+            raise ValueError("watch_timeout_s must be at least 1")
+        if resync_s < 0:
+            raise ValueError("resync_s must not be negative")
+        core = client.CoreV1Api(api_client)
+        self._sink = sink
+        self._resync_s = resync_s
+        self._watch_timeout_s = int(watch_timeout_s)
+        self._list_page_size = list_page_size
+        self._request_timeout_s = request_timeout_s
+        self._max_backoff_s = max_backoff_s
+        self._kinds = (
+            _Kind(
+                _PODS,
+                core.list_pod_for_all_namespaces,
+                self._apply_pod_list,
+                self._apply_pod_event,
+            ),
+            _Kind(_NODES, core.list_node, self._apply_node_list, self._apply_node_event),
+            _Kind(
+                _QUOTAS,
+                core.list_resource_quota_for_all_namespaces,
+                self._apply_quota_list,
+                self._apply_quota_event,
+            ),
+        )
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._synced = threading.Event()
+        self._listed: set[str] = set()
+        self._open_watches: dict[str, Any] = {}  # kind name -> its open watch.Watch
+        self._threads: list[threading.Thread] = []
+        # Node and quota state, each touched only by its own kind's thread.
+        self._node_registrations: dict[str, str] = {}
+        """Node name -> the register annotation value last applied to the sink."""
+        self._quotas: dict[str, dict[str, dict[str, int]]] = {}
+        """Namespace -> ResourceQuota name -> its GPU limits."""
+        self._quota_sent: dict[str, dict[str, int]] = {}
+        """Namespace -> the merged limits last given to the sink (non-empty only)."""
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        """True once the first list of every kind has been applied to the sink."""
+        return self._synced.is_set()
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        """Waits up to ``timeout_s`` for the first sync; returns whether it happened."""
+        return self._synced.wait(timeout_s)
+
+    def start(self) -> None:
+        """Marks the sink unsynced and starts one background thread per kind.
+
+        A source may be started again after ``stop()`` (e.g. on regaining leadership): it lists
+        and reconciles again, and the sink is synced again after that first list.
+        """
+        with self._lock:
+            if self._threads:
+                raise RuntimeError("the Kubernetes source is already started")
+            self._stopping.clear()
+            self._listed.clear()
+            self._synced.clear()
+            self._sink.set_synced(False)
+            self._threads = [
+                threading.Thread(
+                    target=self._run, args=(kind,), name=f"k8s-source-{kind.name}", daemon=True
+                )
+                for kind in self._kinds
+            ]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stops the threads, interrupting open watches; returns within about ``timeout_s``.
+
+        The sink keeps what it has and is not marked unsynced: whether stale state may still
+        be served is the caller's decision.
+        """
+        self._stopping.set()
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            while thread.is_alive() and time.monotonic() < deadline:
+                # Repeated: a watch that opens just after one call still sees the next one.
+                with self._lock:
+                    open_watches = list(self._open_watches.values())
+                for open_watch in open_watches:
+                    open_watch.stop()
+                thread.join(0.05)
+            if thread.is_alive():
+                logger.warning("%s did not stop within %.1f s", thread.name, timeout_s)
+        with self._lock:
+            self._threads = []
+
+    # -- the reflector loop ------------------------------------------------------------------
+
+    def _run(self, kind: _Kind) -> None:
+        resource_version: str | None = None
+        listed_at = 0.0
+        failures = 0
+        phase = "list"
+        while not self._stopping.is_set():
+            try:
+                if resource_version is None or self._resync_due(listed_at):
+                    phase = "list"
+                    resource_version = self._list(kind)
+                    listed_at = time.monotonic()
+                    self._mark_listed(kind.name)
+                phase = "watch"
+                resource_version = self._watch(kind, resource_version)
+                failures = 0
+            except ApiException as error:
+                if self._stopping.is_set():
+                    return
+                failures += 1
+                if error.status == HTTPStatus.GONE:
+                    logger.info(
+                        "%s %s at resourceVersion %s expired; listing again",
+                        kind.name,
+                        phase,
+                        resource_version,
+                    )
+                    resource_version = None
+                    if failures > 1:
+                        # Expired again straight after a fresh list: do not hammer the server.
+                        self._back_off(failures - 1)
+                    continue
+                logger.warning(
+                    "%s %s failed: %s %s",
+                    kind.name,
+                    phase,
+                    error.status,
+                    error.reason,
+                )
+                self._back_off(failures)
+            except Exception as error:
+                # Transport errors (connection refused or reset, timeouts) and malformed
+                # responses: retry after a back-off, resuming the watch if it was one.
+                if self._stopping.is_set():
+                    return
+                failures += 1
+                logger.warning(
+                    "%s %s failed: %s",
+                    kind.name,
+                    phase,
+                    error,
+                    exc_info=not isinstance(error, urllib3.exceptions.HTTPError),
+                )
+                self._back_off(failures)
+
+    def _resync_due(self, listed_at: float) -> bool:
+        return self._resync_s > 0 and time.monotonic() - listed_at >= self._resync_s
+
+    def _back_off(self, failures: int) -> None:
+        delay = min(self._max_backoff_s, _FIRST_BACKOFF_S * 2 ** min(failures - 1, 16))
+        self._stopping.wait(delay)
+
+    def _mark_listed(self, kind_name: str) -> None:
+        with self._lock:
+            self._listed.add(kind_name)
+            if self._synced.is_set() or not self._listed.issuperset(_KINDS):
+                return
+            self._sink.set_synced(True)
+            self._synced.set()
+        logger.info("Kubernetes source synced: pods, nodes and resource quotas listed")
+
+    def _list(self, kind: _Kind) -> str:
+        """Lists every page, applies the list, and returns the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        continue_token: str | None = None
+        while True:
+            arguments: dict[str, Any] = {
+                "limit": self._list_page_size,
+                "_preload_content": False,
+                "_request_timeout": (_CONNECT_TIMEOUT_S, self._request_timeout_s),
+            }
+            if continue_token:
+                arguments["_continue"] = continue_token
+            response = kind.list_function(**arguments)
+            try:
+                page = json.loads(response.data)
+            finally:
+                response.release_conn()
+            if not isinstance(page, dict):
+                raise ValueError(f"{kind.name} list: the response is not a JSON object")
+            items.extend(item for item in page.get("items") or () if isinstance(item, dict))
+            metadata = page.get("metadata") or {}
+            continue_token = metadata.get("continue") or None
+            if continue_token is None:
+                resource_version = metadata.get("resourceVersion")
+                if not resource_version:
+                    raise ValueError(f"{kind.name} list: no metadata.resourceVersion")
+                break
+        kind.apply_list(items)
+        logger.info("listed %d %s at resourceVersion %s", len(items), kind.name, resource_version)
+        return str(resource_version)
+
+    def _watch(self, kind: _Kind, resource_version: str) -> str:
+        """Watches until the server closes the stream; returns the last resourceVersion seen."""
+        stream = _new_watch()
+        with self._lock:
+            if self._stopping.is_set():
+                return resource_version
+            self._open_watches[kind.name] = stream
+        try:
+            events = stream.stream(
+                kind.list_function,
+                resource_version=resource_version,
+                timeout_seconds=self._watch_timeout_s,
+                allow_watch_bookmarks=True,
+                _request_timeout=(_CONNECT_TIMEOUT_S, self._watch_timeout_s + _WATCH_READ_GRACE_S),
+            )
+            for event in events:
+                event_type = event.get("type")
+                obj = event.get("object")
+                if not isinstance(obj, dict):
+                    continue
+                if event_type in ("ADDED", "MODIFIED", "DELETED"):
+                    kind.apply_event(event_type, obj)
+                # After applying, so a stop or crash in between replays the event, never skips it.
+                resource_version = str(_metadata(obj).get("resourceVersion") or resource_version)
+                if self._stopping.is_set():
+                    break
+        finally:
+            with self._lock:
+                self._open_watches.pop(kind.name, None)
+        return resource_version
+
+    def _deliver(self, what: str, call: Callable[[], object], **log_fields: object) -> bool:
+        """Calls the sink; a failure is logged and skipped so one object cannot stop a watch."""
+        try:
+            call()
+        except Exception:
+            logger.exception("the usage store rejected %s", what, extra=log_fields)
+            return False
+        return True
+
+    # -- pods ----------------------------------------------------------------------------------
+
+    def _apply_pod_list(self, items: list[dict[str, Any]]) -> None:
+        present = {uid for uid in (_metadata(item).get("uid") for item in items) if uid}
+        # Forget first: a pod that vanished while we were not watching may have held the very
+        # devices a new pod in the list now uses.
+        for uid in sorted(self._sink.tracked_pod_uids() - present):
+            logger.info("forgetting pod %s: no longer in the cluster", uid, extra={"pod_uid": uid})
+            self._deliver(
+                f"forgetting pod {uid}", functools.partial(self._sink.forget_pod, uid), pod_uid=uid
+            )
+        for item in items:
+            if _pod_is_tracked(item):
+                self._record_pod(item)
+
+    def _apply_pod_event(self, event_type: str, obj: dict[str, Any]) -> None:
+        if event_type == "DELETED":
+            uid = _metadata(obj).get("uid")
+            # A pod the scheduler reserved for but never annotated is also dropped.
+            if uid and (_pod_is_tracked(obj) or uid in self._sink.tracked_pod_uids()):
+                self._deliver(
+                    f"forgetting pod {uid}",
+                    functools.partial(self._sink.forget_pod, uid),
+                    pod_uid=uid,
+                )
+            return
+        # HAMi ignores a pod until the scheduler has set hami.io/vgpu-node on it.
+        if _pod_is_tracked(obj):
+            self._record_pod(obj)
+
+    def _record_pod(self, obj: dict[str, Any]) -> None:
+        metadata = _metadata(obj)
+        fields = {
+            "pod_uid": metadata.get("uid"),
+            "pod_namespace": metadata.get("namespace"),
+            "pod_name": metadata.get("name"),
+        }
+        try:
+            pod = kube_pod.parse_pod(obj)
+        except InvalidInputError as error:
+            # Never the pod spec in the log: only who it is and what is wrong.
+            logger.warning(
+                "skipping pod %s/%s (uid %s): %s",
+                fields["pod_namespace"],
+                fields["pod_name"],
+                fields["pod_uid"],
+                error,
+                extra=fields,
+            )
+            return
+        self._deliver(
+            f"pod {pod.key} (uid {pod.uid})",
+            functools.partial(self._sink.record_pod, pod),
+            **fields,
+        )
+
+    # -- nodes ---------------------------------------------------------------------------------
+
+    def _apply_node_list(self, items: list[dict[str, Any]]) -> None:
+        registered: set[str] = set()
+        for item in items:
+            name = _metadata(item).get("name")
+            if name and _register_annotation(item) is not None:
+                registered.add(name)
+                self._register_node(item, unchanged_ok=False)
+        for name in sorted(set(self._node_registrations) - registered):
+            self._forget_node(name)
+
+    def _apply_node_event(self, event_type: str, obj: dict[str, Any]) -> None:
+        name = _metadata(obj).get("name")
+        if not name:
+            return
+        annotated = _register_annotation(obj) is not None
+        if event_type == "DELETED":
+            if annotated or name in self._node_registrations:
+                self._forget_node(name)
+        elif annotated:
+            self._register_node(obj, unchanged_ok=True)
+        elif name in self._node_registrations:
+            # The device plugin is gone from the node: its devices are no longer offered.
+            self._forget_node(name)
+
+    def _register_node(self, obj: dict[str, Any], *, unchanged_ok: bool) -> None:
+        name = str(_metadata(obj).get("name"))
+        annotation = _register_annotation(obj)
+        # Nodes are updated often (status, heartbeats); only a new inventory is news.
+        if unchanged_ok and self._node_registrations.get(name) == annotation:
+            return
+        try:
+            registration = kube_node.parse_node(obj)
+        except InvalidInputError as error:
+            logger.warning("skipping node %s: %s", name, error, extra={"node_name": name})
+            return
+        if self._deliver(
+            f"node {name}",
+            functools.partial(
+                self._sink.register_node, registration.node_name, registration.devices
+            ),
+            node_name=name,
+        ):
+            self._node_registrations[name] = annotation or ""
+
+    def _forget_node(self, name: str) -> None:
+        self._deliver(
+            f"forgetting node {name}",
+            functools.partial(self._sink.forget_node, name),
+            node_name=name,
+        )
+        self._node_registrations.pop(name, None)
+
+    # -- resource quotas -----------------------------------------------------------------------
+
+    def _apply_quota_list(self, items: list[dict[str, Any]]) -> None:
+        quotas: dict[str, dict[str, dict[str, int]]] = {}
+        for item in items:
+            metadata = _metadata(item)
+            namespace, name = metadata.get("namespace"), metadata.get("name")
+            if namespace and name:
+                quotas.setdefault(namespace, {})[name] = quota_limits(item)
+        stale = set(self._quota_sent) - set(quotas)
+        self._quotas = quotas
+        for namespace in sorted(set(quotas) | stale):
+            self._send_quota(namespace, unchanged_ok=False)
+
+    def _apply_quota_event(self, event_type: str, obj: dict[str, Any]) -> None:
+        metadata = _metadata(obj)
+        namespace, name = metadata.get("namespace"), metadata.get("name")
+        if not namespace or not name:
+            return
+        in_namespace = self._quotas.setdefault(namespace, {})
+        if event_type == "DELETED":
+            in_namespace.pop(name, None)
+        else:
+            in_namespace[name] = quota_limits(obj)
+        if not in_namespace:
+            del self._quotas[namespace]
+        self._send_quota(namespace, unchanged_ok=True)
+
+    def _send_quota(self, namespace: str, *, unchanged_ok: bool) -> None:
+        merged = merge_quota_limits(self._quotas.get(namespace, {}).values())
+        if unchanged_ok and self._quota_sent.get(namespace, {}) == merged:
+            return
+        if self._deliver(
+            f"quota of namespace {namespace}",
+            functools.partial(self._sink.set_quota, namespace, dict(merged)),
+            quota_namespace=namespace,
+        ):
+            if merged:
+                self._quota_sent[namespace] = merged
+            else:
+                self._quota_sent.pop(namespace, None)
+
+
+def _new_watch() -> Any:
+    # return_type "object": events carry the JSON as sent, while the client's resourceVersion
+    # tracking (bookmarks included) and its 410 handling keep working.
+    return watch.Watch(return_type="object")  # type: ignore[no-untyped-call]  # unannotated
+
+
+def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    metadata = obj.get("metadata")
+    return metadata if isinstance(metadata, Mapping) else {}
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    annotations = _metadata(obj).get("annotations")
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
+def _pod_is_tracked(obj: Mapping[str, Any]) -> bool:
+    return bool(_annotations(obj).get(hami_codec.VGPU_NODE_ANNOTATION))
+
+
+def _register_annotation(obj: Mapping[str, Any]) -> str | None:
+    value = _annotations(obj).get(hami_codec.NODE_REGISTER_ANNOTATION)
+    return value if isinstance(value, str) else None
+
+
+# -- Leases (leader election) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """The parts of a coordination.k8s.io/v1 Lease that leader election reads and writes."""
+
+    holder_identity: str
+    """Empty when nobody holds the lease."""
+    lease_duration_s: int
+    acquire_time: datetime | None
+    renew_time: datetime | None
+    lease_transitions: int
+    resource_version: str = ""
+    """The version read; an update with it fails with a conflict if the Lease changed since."""
+
+
+class LeaseClient:
+    """Reads and writes Lease objects through the official client's CoordinationV1Api."""
+
+    def __init__(self, api_client: ApiClient, *, request_timeout_s: float = 10.0) -> None:
+        self._api = client.CoordinationV1Api(api_client)
+        self._request_timeout = (min(_CONNECT_TIMEOUT_S, request_timeout_s), request_timeout_s)
+
+    def get(self, namespace: str, name: str) -> LeaseRecord | None:
+        """The Lease, or None when it does not exist.
+
+        Raises:
+            KubernetesApiError: any other failure.
+        """
+        try:
+            lease = self._api.read_namespaced_lease(
+                name, namespace, _request_timeout=self._request_timeout
+            )
+        except ApiException as error:
+            if error.status == HTTPStatus.NOT_FOUND:
+                return None
+            raise _api_error(error) from error
+        except urllib3.exceptions.HTTPError as error:
+            raise KubernetesApiError(0, str(error)) from error
+        return _lease_record(lease)
+
+    def create(self, namespace: str, name: str, record: LeaseRecord) -> LeaseRecord:
+        """Creates the Lease.
+
+        Raises:
+            LeaseConflictError: it already exists.
+            KubernetesApiError: any other failure.
+        """
+        body = client.V1Lease(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+            spec=_lease_spec(record),
+        )
+        try:
+            created = self._api.create_namespaced_lease(
+                namespace, body, _request_timeout=self._request_timeout
+            )
+        except ApiException as error:
+            raise _api_error(error) from error
+        except urllib3.exceptions.HTTPError as error:
+            raise KubernetesApiError(0, str(error)) from error
+        return _lease_record(created)
+
+    def replace(self, namespace: str, name: str, record: LeaseRecord) -> LeaseRecord:
+        """Replaces the Lease, on the condition that it is still at ``record.resource_version``.
+
+        Raises:
+            LeaseConflictError: the Lease changed since it was read.
+            KubernetesApiError: any other failure.
+        """
+        body = client.V1Lease(
+            metadata=client.V1ObjectMeta(
+                name=name, namespace=namespace, resource_version=record.resource_version or None
+            ),
+            spec=_lease_spec(record),
+        )
+        try:
+            replaced = self._api.replace_namespaced_lease(
+                name, namespace, body, _request_timeout=self._request_timeout
+            )
+        except ApiException as error:
+            raise _api_error(error) from error
+        except urllib3.exceptions.HTTPError as error:
+            raise KubernetesApiError(0, str(error)) from error
+        return _lease_record(replaced)
+
+
+def _api_error(error: ApiException) -> KubernetesApiError:
+    status = int(error.status or 0)
+    message = f"{status} {error.reason}"
+    if status == HTTPStatus.CONFLICT:
+        return LeaseConflictError(status, message)
+    return KubernetesApiError(status, message)
+
+
+def _micro_time(moment: datetime | None) -> datetime | None:
+    # The client writes datetimes with isoformat(), which drops the fraction when it is zero,
+    # and the API server parses MicroTime with a mandatory ".000000": keep one microsecond.
+    if moment is None:
+        return None
+    moment = moment.astimezone(UTC)
+    return moment + timedelta(microseconds=1) if moment.microsecond == 0 else moment
+
+
+def _lease_spec(record: LeaseRecord) -> client.V1LeaseSpec:
+    return client.V1LeaseSpec(
+        holder_identity=record.holder_identity or None,
+        lease_duration_seconds=record.lease_duration_s,
+        acquire_time=_micro_time(record.acquire_time),
+        renew_time=_micro_time(record.renew_time),
+        lease_transitions=record.lease_transitions,
+    )
+
+
+def _lease_record(lease: Any) -> LeaseRecord:
+    spec = lease.spec or client.V1LeaseSpec()
+    return LeaseRecord(
+        holder_identity=spec.holder_identity or "",
+        lease_duration_s=int(spec.lease_duration_seconds or 0),
+        acquire_time=spec.acquire_time,
+        renew_time=spec.renew_time,
+        lease_transitions=int(spec.lease_transitions or 0),
+        resource_version=str(lease.metadata.resource_version or ""),
+    )
