@@ -1,0 +1,392 @@
+"""Entry point of the usage recorder: ``python -m services.usage`` or
+``hami-accounting serve usage``.
+
+Layer: services/usage (runtime). Config -> journal -> recovery -> store -> server, then the
+optional Kubernetes source and leader election. Health: the ``liveness`` service (set by
+build_server) is SERVING from start to stop; the overall status ("" and the UsageRecorder
+service) is SERVING once this replica may be trusted with writes — at once when running
+stand-alone, after the first Kubernetes sync with a source, and only while leading with leader
+election.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from opentelemetry.sdk.trace import TracerProvider
+
+from accounting.ledger import Ledger
+from accounting.model import VendorResources
+from hami.accounting.v1 import usage_pb2_grpc
+from services.common import telemetry
+from services.common.config import ConfigError, env_name
+from services.common.logging import configure_logging
+from services.common.metrics import MetricsError, start_metrics_server
+from services.common.server import ServerHandle, ServerStartError, build_server, run_until_signalled
+from services.usage.config import KUBERNETES_MODES, UsageConfig
+from services.usage.journal import Journal, JournalError
+from services.usage.servicer import SERVICE_NAME, UsageRecorderServicer
+from services.usage.store import DEFAULT_MAX_WATCH_EVENTS, UsageStore
+
+if TYPE_CHECKING:
+    from services.usage.k8s import ApiClient, KubernetesSource
+    from services.usage.leader import LeaderElector
+
+_LOG = logging.getLogger("services.usage")
+
+class _Readiness:
+    """Overall health = synced with Kubernetes (when a source runs) and leading (when electing)."""
+
+    def __init__(self, handle: ServerHandle, *, needs_sync: bool, needs_leader: bool) -> None:
+        self._handle = handle
+        self._lock = threading.Lock()
+        self._synced = not needs_sync
+        self._leading = not needs_leader
+
+    @property
+    def ready(self) -> bool:
+        with self._lock:
+            return self._synced and self._leading
+
+    def set_synced(self, synced: bool) -> None:
+        with self._lock:
+            self._synced = synced
+            self._apply()
+
+    def set_leading(self, leading: bool) -> None:
+        with self._lock:
+            self._leading = leading
+            self._apply()
+
+    def _apply(self) -> None:
+        if not self._handle.stopped:
+            self._handle.set_serving(self._synced and self._leading)
+
+
+class LeaderView:
+    """The servicer's view of the leader elector, bound once the elector exists (the elector
+    needs the recorder's callbacks, and the recorder needs the server the servicer lives in).
+
+    ``leader_identity`` reads the Lease's holder when a write reaches a standby, cached briefly
+    so a burst of misdirected writes costs one API call.
+    """
+
+    HOLDER_CACHE_S = 2.0
+
+    def __init__(self, holder_lookup: Callable[[], str | None]) -> None:
+        self._elector: LeaderElector | None = None
+        self._holder_lookup = holder_lookup
+        self._lock = threading.Lock()
+        self._holder: tuple[float, str | None] = (float("-inf"), None)
+
+    def bind(self, elector: LeaderElector) -> None:
+        self._elector = elector
+
+    @property
+    def is_leader(self) -> bool:
+        return self._elector is not None and self._elector.is_leader
+
+    @property
+    def identity(self) -> str:
+        return self._elector.identity if self._elector is not None else ""
+
+    @property
+    def leader_identity(self) -> str | None:
+        with self._lock:
+            read_at, holder = self._holder
+            if time.monotonic() - read_at < self.HOLDER_CACHE_S:
+                return holder
+        try:
+            holder = self._holder_lookup() or None
+        except Exception as error:
+            # Refusing the write is what matters; naming the leader is a courtesy.
+            _LOG.warning("cannot read the leader Lease: %s", error)
+            holder = None
+        with self._lock:
+            self._holder = (time.monotonic(), holder)
+        return holder
+
+
+def _lease_holder_lookup(client: ApiClient, namespace: str, name: str) -> Callable[[], str | None]:
+    from services.usage.k8s import LeaseClient
+
+    leases = LeaseClient(client, request_timeout_s=2.0)
+
+    def lookup() -> str | None:
+        record = leases.get(namespace, name)
+        return record.holder_identity if record is not None else None
+
+    return lookup
+
+
+@dataclass
+class UsageRecorder:
+    """A started recorder: its server, store and background parts; ``stop`` ends them all."""
+
+    config: UsageConfig
+    handle: ServerHandle
+    store: UsageStore
+    journal: Journal
+    tracer_provider: TracerProvider | None
+    readiness: _Readiness
+    elector: LeaderElector | None = None
+    source_factory: Callable[[], KubernetesSource] | None = None
+    _source: KubernetesSource | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _shutting_down: bool = False
+
+    @property
+    def target(self) -> str:
+        """The address a local client dials, e.g. ``127.0.0.1:50053``."""
+        return self.handle.target
+
+    def start_source(self) -> None:
+        """Starts a fresh Kubernetes source (at start, or when this replica becomes leader)."""
+        if self.source_factory is None:
+            return
+        with self._lock:
+            if self._source is not None:
+                return
+            # A new source each time: its first list reconciles the store against the cluster
+            # and reports the sync again.
+            source = self._source = self.source_factory()
+        source.start()
+
+    def stop_source(self) -> None:
+        with self._lock:
+            source, self._source = self._source, None
+        if source is not None:
+            source.stop()
+
+    def on_started_leading(self) -> None:
+        _LOG.info("became leader; listing the cluster", extra={"identity": self.config.identity})
+        self.readiness.set_leading(True)
+        # The elector's callback must return quickly; listing happens on the source's threads.
+        self.start_source()
+
+    def on_stopped_leading(self) -> None:
+        _LOG.warning("lost leadership; standing by", extra={"identity": self.config.identity})
+        self.readiness.set_leading(False)
+        self.readiness.set_synced(False)
+        if self._shutting_down:
+            # Called from elector.stop() at shutdown: the journal closes right after, so the
+            # source must be fully stopped first.
+            self.stop_source()
+        else:
+            threading.Thread(target=self.stop_source, name="stop-k8s-source", daemon=True).start()
+
+    def shutdown_background(self) -> None:
+        """Stops election and source, ends watch streams, closes the journal, flushes traces
+        (after the gRPC server has stopped)."""
+        self._shutting_down = True
+        if self.elector is not None:
+            self.elector.stop()
+        self.stop_source()
+        self.store.close_watchers()
+        self.journal.close()
+        telemetry.shutdown(self.tracer_provider)
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        """Stops everything (tests; ``main`` stops through ``run_until_signalled``)."""
+        self.store.close_watchers()
+        self.handle.stop(grace_s)
+        self.shutdown_background()
+
+
+def start(
+    config: UsageConfig,
+    *,
+    tracer_provider: TracerProvider | None = None,
+    max_workers: int = 16,
+    max_watch_events: int = DEFAULT_MAX_WATCH_EVENTS,
+) -> UsageRecorder:
+    """Opens the journal, recovers the state, and starts the server and background parts.
+
+    Raises:
+        JournalError: the journal cannot be opened or read (schema version included).
+        ServerStartError: the listen address cannot be bound.
+        KubernetesConfigError: the Kubernetes configuration cannot be loaded.
+    """
+    vendor = VendorResources(memory_factor=config.memory_factor)
+    journal = Journal.in_data_dir(config.data_dir, synchronous=config.journal_sync)
+    try:
+        store = UsageStore(
+            Ledger(vendors=(vendor,)),
+            journal,
+            tracer=telemetry.tracer_for(tracer_provider, "services.usage"),
+            vendor=vendor,
+            max_watch_events=max_watch_events,
+        )
+        summary = store.recover()
+        _LOG.info(
+            "recovered %d pods, %d nodes and %d namespaces from %s in %.3f s",
+            summary.pods,
+            summary.nodes,
+            summary.namespaces,
+            journal.path,
+            summary.seconds,
+            extra={
+                "pods": summary.pods,
+                "nodes": summary.nodes,
+                "namespaces": summary.namespaces,
+                "revision": summary.revision,
+                "recovery_s": round(summary.seconds, 3),
+            },
+        )
+        api_client = None
+        if config.kubernetes_enabled:
+            # Imported only when used: the Kubernetes client is slow to import.
+            from services.usage.k8s import api_client_from_mode
+
+            kubeconfig = str(config.kubeconfig) if config.kubeconfig else None
+            api_client = api_client_from_mode(config.kubernetes, kubeconfig)
+        leader_view = (
+            LeaderView(_lease_holder_lookup(api_client, config.lease_namespace, config.lease_name))
+            if config.leader_election and api_client is not None
+            else None
+        )
+        servicer = UsageRecorderServicer(store, vendors=(vendor,), leader=leader_view)
+        handle = build_server(
+            service_names=[SERVICE_NAME],
+            register=lambda server: usage_pb2_grpc.add_UsageRecorderServicer_to_server(
+                servicer, server
+            ),
+            listen_addr=config.common.listen_addr,
+            tls=config.common.tls,
+            tracer_provider=tracer_provider,
+            max_workers=max_workers,
+            serving=api_client is None,
+        )
+    except BaseException:
+        journal.close()
+        raise
+    readiness = _Readiness(
+        handle, needs_sync=api_client is not None, needs_leader=leader_view is not None
+    )
+    store.set_synced_callback(readiness.set_synced)
+    recorder = UsageRecorder(
+        config=config,
+        handle=handle,
+        store=store,
+        journal=journal,
+        tracer_provider=tracer_provider,
+        readiness=readiness,
+    )
+    if api_client is not None:
+        try:
+            _start_kubernetes(recorder, api_client, leader_view)
+        except BaseException:
+            recorder.stop(grace_s=0)
+            raise
+    return recorder
+
+
+def _start_kubernetes(
+    recorder: UsageRecorder, client: ApiClient, leader_view: LeaderView | None
+) -> None:
+    from services.usage.k8s import KubernetesSource
+
+    config = recorder.config
+    store = recorder.store
+    recorder.source_factory = lambda: KubernetesSource(client, store)
+    if leader_view is None:
+        recorder.start_source()
+        return
+    from services.usage.leader import LeaderElector
+
+    elector = LeaderElector(
+        client,
+        config.lease_namespace,
+        config.lease_name,
+        config.identity,
+        on_started_leading=recorder.on_started_leading,
+        on_stopped_leading=recorder.on_stopped_leading,
+    )
+    leader_view.bind(elector)
+    recorder.elector = elector
+    elector.start()
+
+
+# -- command line ------------------------------------------------------------------------------
+
+# Flag -> environment key it overrides (one to one with UsageConfig fields).
+_FLAG_ENV = {
+    "listen": "LISTEN_ADDR",
+    "data_dir": "DATA_DIR",
+    "metrics": "METRICS_ADDR",
+    "kubernetes": "KUBERNETES",
+    "kubeconfig": "KUBECONFIG",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hami-accounting serve usage",
+        description="The usage recorder: stored GPU usage per pod, node and namespace, "
+        "journaled to SQLite. Flags override the HAMI_ACCOUNTING_* variables.",
+    )
+    parser.add_argument("--listen", metavar="HOST:PORT",
+                        help=f"gRPC address ({env_name('LISTEN_ADDR')}; default 127.0.0.1:50053)")
+    parser.add_argument("--data-dir", metavar="DIR",
+                        help=f"journal directory ({env_name('DATA_DIR')}; default ./data)")
+    parser.add_argument("--metrics", metavar="HOST:PORT|off",
+                        help=f"Prometheus address ({env_name('METRICS_ADDR')}; "
+                        "default 127.0.0.1:9103)")
+    parser.add_argument("--kubernetes", choices=KUBERNETES_MODES,
+                        help=f"Kubernetes source ({env_name('KUBERNETES')}; default off)")
+    parser.add_argument("--kubeconfig", metavar="FILE",
+                        help=f"kubeconfig for --kubernetes kubeconfig ({env_name('KUBECONFIG')} "
+                        "or KUBECONFIG)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the recorder until SIGTERM/SIGINT; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    env = dict(os.environ)
+    for flag, key in _FLAG_ENV.items():
+        value = getattr(args, flag)
+        if value is not None:
+            env[env_name(key)] = value
+    try:
+        config = UsageConfig.from_env(env)
+    except ConfigError as error:
+        print(f"hami-accounting serve usage: {error}", file=sys.stderr)
+        return 2
+    configure_logging("usage", config.common.log_level)
+    tracer_provider = telemetry.tracer_provider_from_env("usage")
+    try:
+        start_metrics_server(config.common.metrics_addr)
+        recorder = start(config, tracer_provider=tracer_provider)
+    except (MetricsError, ServerStartError, JournalError) as error:
+        _LOG.error("cannot start the usage recorder: %s", error)
+        telemetry.shutdown(tracer_provider)
+        return 1
+    except Exception as error:
+        # KubernetesConfigError and friends: a bad environment, not a bug worth a stack.
+        _LOG.error("cannot start the usage recorder: %s", error, exc_info=True)
+        telemetry.shutdown(tracer_provider)
+        return 1
+    _LOG.info(
+        "usage recorder serving",
+        extra={
+            "target": recorder.target,
+            "data_dir": str(config.data_dir),
+            "kubernetes": config.kubernetes,
+            "leader_election": config.leader_election,
+        },
+    )
+    run_until_signalled(recorder.handle, on_stop=recorder.shutdown_background)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

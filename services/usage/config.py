@@ -1,0 +1,130 @@
+"""Configuration of the usage recorder, read from ``HAMI_ACCOUNTING_*`` environment variables.
+
+Layer: services/usage (runtime). ``UsageConfig.from_env`` is a pure function of a Mapping and
+reports every problem in one ``ConfigError``; command-line flags of ``__main__`` override the
+same fields one to one. With no variable set the recorder runs stand-alone: no Kubernetes, no
+leader election, the journal in ``./data``.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.common.config import (
+    CommonConfig,
+    env_bool,
+    env_int,
+    env_name,
+    env_path,
+    env_str,
+    raise_if_problems,
+)
+from services.usage.journal import SYNCHRONOUS_MODES
+
+KUBERNETES_MODES = ("off", "in-cluster", "kubeconfig")
+DEFAULT_DATA_DIR = Path("data")
+DEFAULT_LEASE_NAME = "hami-accounting-usage"
+SERVICE_ACCOUNT_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def _default_lease_namespace(namespace_file: Path) -> str:
+    # In a pod the service account's namespace is the natural home of the Lease.
+    try:
+        return namespace_file.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+@dataclass(frozen=True)
+class UsageConfig:
+    """Everything the usage recorder reads at start."""
+
+    common: CommonConfig
+    """Listen and metrics addresses, TLS, log level (see services.common.config)."""
+    data_dir: Path = DEFAULT_DATA_DIR
+    """Directory of the journal ``usage.sqlite3`` (HAMI_ACCOUNTING_DATA_DIR; default ./data)."""
+    kubernetes: str = "off"
+    """Kubernetes source: off, in-cluster or kubeconfig (HAMI_ACCOUNTING_KUBERNETES)."""
+    kubeconfig: Path | None = None
+    """Kubeconfig file for ``kubeconfig`` mode (HAMI_ACCOUNTING_KUBECONFIG, else KUBECONFIG)."""
+    leader_election: bool = False
+    """Compete for a Lease; only the leader writes (HAMI_ACCOUNTING_LEADER_ELECTION)."""
+    lease_name: str = DEFAULT_LEASE_NAME
+    """Name of the Lease (HAMI_ACCOUNTING_LEASE_NAME)."""
+    lease_namespace: str = "default"
+    """Namespace of the Lease (HAMI_ACCOUNTING_LEASE_NAMESPACE; default: the service
+    account's namespace, else ``default``)."""
+    identity: str = ""
+    """This replica's holder identity (HAMI_ACCOUNTING_POD_NAME; default the hostname)."""
+    memory_factor: int = 1
+    """HAMi's memoryFactor: quota limits on memory are multiplied by it (>= 1;
+    HAMI_ACCOUNTING_MEMORY_FACTOR)."""
+    journal_sync: str = "normal"
+    """SQLite ``synchronous`` of the journal: ``normal`` survives a process kill, ``full`` also
+    a power loss, one fsync per write (HAMI_ACCOUNTING_JOURNAL_SYNC)."""
+
+    @property
+    def kubernetes_enabled(self) -> bool:
+        return self.kubernetes != "off"
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Mapping[str, str],
+        *,
+        namespace_file: Path = SERVICE_ACCOUNT_NAMESPACE_FILE,
+    ) -> UsageConfig:
+        """Reads the recorder's settings.
+
+        Raises:
+            ConfigError: listing every invalid variable.
+        """
+        problems: list[str] = []
+        common = CommonConfig.for_service(env, "usage", problems=problems)
+        data_dir = env_path(env, "DATA_DIR", DEFAULT_DATA_DIR, problems=problems)
+        kubernetes = env_str(env, "KUBERNETES", "off", problems=problems).lower()
+        if kubernetes not in KUBERNETES_MODES:
+            problems.append(
+                f"{env_name('KUBERNETES')} must be one of {', '.join(KUBERNETES_MODES)}, "
+                f"got {kubernetes!r}"
+            )
+            kubernetes = "off"
+        kubeconfig = env_path(env, "KUBECONFIG", problems=problems)
+        if kubeconfig is None and env.get("KUBECONFIG", "").strip():
+            # Only the first file of a KUBECONFIG list: the client reads one file.
+            kubeconfig = Path(env["KUBECONFIG"].strip().split(":")[0])
+        leader_election = env_bool(env, "LEADER_ELECTION", False, problems=problems)
+        if leader_election and kubernetes == "off":
+            problems.append(
+                f"{env_name('LEADER_ELECTION')} needs a Kubernetes API: set "
+                f"{env_name('KUBERNETES')} to in-cluster or kubeconfig"
+            )
+        lease_name = env_str(env, "LEASE_NAME", DEFAULT_LEASE_NAME, problems=problems)
+        lease_namespace = env_str(env, "LEASE_NAMESPACE", "", problems=problems)
+        if not lease_namespace:
+            lease_namespace = _default_lease_namespace(namespace_file)
+        identity = env_str(env, "POD_NAME", "", problems=problems) or socket.gethostname()
+        memory_factor = env_int(env, "MEMORY_FACTOR", 1, problems=problems, minimum=1)
+        journal_sync = env_str(env, "JOURNAL_SYNC", "normal", problems=problems).lower()
+        if journal_sync not in SYNCHRONOUS_MODES:
+            problems.append(
+                f"{env_name('JOURNAL_SYNC')} must be one of {', '.join(SYNCHRONOUS_MODES)}, "
+                f"got {journal_sync!r}"
+            )
+            journal_sync = "normal"
+        raise_if_problems(problems)
+        return cls(
+            common=common,
+            data_dir=data_dir,
+            kubernetes=kubernetes,
+            kubeconfig=kubeconfig,
+            leader_election=leader_election,
+            lease_name=lease_name,
+            lease_namespace=lease_namespace,
+            identity=identity,
+            memory_factor=memory_factor,
+            journal_sync=journal_sync,
+        )

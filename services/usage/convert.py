@@ -1,0 +1,172 @@
+"""Conversion between the UsageRecorder messages and the usage store's values.
+
+Layer: services/usage (adapter). Shared messages (pods, grants, devices, quota items) convert in
+``services.common.convert``; this module builds the recorder's own requests and responses. No
+accounting rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from accounting.errors import InvalidInputError
+from accounting.ledger import LedgerChange, RecordOutcome, ReserveOutcome
+from accounting.lifecycle import StoredPod
+from accounting.model import NVIDIA_RESOURCES, Pod, QuotaItem, VendorResources
+from accounting.validate import BoundedViolations, quote
+from hami.accounting.v1 import types_pb2, usage_pb2
+from services.common import convert as common
+from services.usage.store import EventKind, NodeSnapshot, UsageEvent
+
+EVENT_KIND_TO_PB: Mapping[EventKind, usage_pb2.UsageEventKind.ValueType] = {
+    EventKind.SNAPSHOT: usage_pb2.USAGE_EVENT_KIND_SNAPSHOT,
+    EventKind.POD_CHANGED: usage_pb2.USAGE_EVENT_KIND_POD_CHANGED,
+    EventKind.POD_FORGOTTEN: usage_pb2.USAGE_EVENT_KIND_POD_FORGOTTEN,
+    EventKind.NODE_REGISTERED: usage_pb2.USAGE_EVENT_KIND_NODE_REGISTERED,
+    EventKind.QUOTA_SET: usage_pb2.USAGE_EVENT_KIND_QUOTA_SET,
+}
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+
+def reserve_pod(
+    request: usage_pb2.ReserveRequest, vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,)
+) -> Pod:
+    """Reserve's pod with the request's grants put on its containers by position.
+
+    Without ``container_grants`` the pod's own grants are reserved (a pod sent with its
+    ``hami.io/vgpu-devices-allocated`` annotation already carries them).
+
+    Raises:
+        InvalidInputError: a bad pod, a bad grant, or positions that do not match the pod's
+            containers (count, or a ``container_name`` that names another container).
+    """
+    pod = common.pod_from_source(request, vendors)
+    if not request.container_grants:
+        return pod
+    per_container = common.grants_from_pb(request.container_grants, "container_grants")
+    found = BoundedViolations()
+    if len(per_container) != len(pod.containers):
+        found.add(
+            "container_grants",
+            f"{len(per_container)} positions for the pod's {len(pod.containers)} containers; "
+            "give one entry per container, in declaration order",
+        )
+        found.raise_if_any()
+    for position, (entry, container) in enumerate(
+        zip(request.container_grants, pod.containers, strict=True)
+    ):
+        if entry.container_name and entry.container_name != container.name:
+            found.add(
+                f"container_grants[{position}].container_name",
+                f"position {position} is container {quote(container.name)}, "
+                f"got {quote(entry.container_name)}",
+            )
+    found.raise_if_any()
+    containers = tuple(
+        dataclasses.replace(container, grants=grants)
+        for container, grants in zip(pod.containers, per_container, strict=True)
+    )
+    return dataclasses.replace(pod, containers=containers)
+
+
+def require_pod_uid(pod_uid: str) -> str:
+    """Raises InvalidInputError naming ``pod_uid`` when it is empty."""
+    if not pod_uid:
+        raise InvalidInputError.single("pod_uid", "must not be empty")
+    return pod_uid
+
+
+def node_names(request: usage_pb2.GetNodeUsageRequest) -> tuple[str, ...]:
+    """GetNodeUsage's names; empty means every node."""
+    return tuple(request.node_names)
+
+
+# -- responses ---------------------------------------------------------------------------------
+
+
+def _stored_usage(stored: StoredPod | None) -> list[types_pb2.DeviceUsage]:
+    return common.usages_to_pb(stored.usage) if stored is not None else []
+
+
+def record_response(outcome: RecordOutcome) -> usage_pb2.RecordPodResponse:
+    stored = outcome.stored
+    return usage_pb2.RecordPodResponse(
+        stored=_stored_usage(stored),
+        init_released=stored.init_released if stored is not None else False,
+        decision=outcome.decision.value,
+        message=outcome.message,
+        tracked=stored is not None,
+    )
+
+
+def forget_response(change: LedgerChange) -> usage_pb2.ForgetPodResponse:
+    return usage_pb2.ForgetPodResponse(
+        released=_stored_usage(change.before), found=change.before is not None
+    )
+
+
+def reserve_response(outcome: ReserveOutcome) -> usage_pb2.ReserveResponse:
+    return usage_pb2.ReserveResponse(
+        reserved=outcome.reserved,
+        reason=outcome.reason,
+        message=outcome.message,
+        stored=_stored_usage(outcome.stored) if outcome.reserved else [],
+    )
+
+
+def pod_usage_response(stored: StoredPod | None) -> usage_pb2.GetPodUsageResponse:
+    if stored is None:
+        return usage_pb2.GetPodUsageResponse(found=False)
+    return usage_pb2.GetPodUsageResponse(
+        stored=common.usages_to_pb(stored.usage),
+        init_released=stored.init_released,
+        found=True,
+        namespace=stored.namespace,
+        name=stored.name,
+        node_name=stored.node_name,
+    )
+
+
+def node_usage_to_pb(node: NodeSnapshot) -> types_pb2.NodeUsage:
+    return common.node_usage_to_pb(node.node_name, node.devices, node.pod_uids)
+
+
+def node_usage_response(
+    nodes: Sequence[NodeSnapshot], unknown: Sequence[str]
+) -> usage_pb2.GetNodeUsageResponse:
+    return usage_pb2.GetNodeUsageResponse(
+        nodes=[node_usage_to_pb(node) for node in nodes], unknown_node_names=list(unknown)
+    )
+
+
+def quota_items_to_pb(items: Sequence[QuotaItem]) -> list[types_pb2.QuotaItem]:
+    return [common.quota_item_to_pb(item) for item in items]
+
+
+def namespace_usage_response(items: Sequence[QuotaItem]) -> usage_pb2.GetNamespaceUsageResponse:
+    return usage_pb2.GetNamespaceUsageResponse(items=quota_items_to_pb(items))
+
+
+def set_quota_response(items: Sequence[QuotaItem]) -> usage_pb2.SetQuotaResponse:
+    return usage_pb2.SetQuotaResponse(items=quota_items_to_pb(items))
+
+
+def register_node_response(node: NodeSnapshot) -> usage_pb2.RegisterNodeResponse:
+    return usage_pb2.RegisterNodeResponse(node=node_usage_to_pb(node))
+
+
+def event_to_pb(event: UsageEvent) -> usage_pb2.UsageEvent:
+    message = usage_pb2.UsageEvent(
+        revision=event.revision,
+        kind=EVENT_KIND_TO_PB[event.kind],
+        pod_uid=event.pod_uid,
+        namespace=event.namespace,
+        namespace_items=quota_items_to_pb(event.namespace_items),
+        stored=common.usages_to_pb(event.stored),
+    )
+    if event.node is not None:
+        message.node.CopyFrom(node_usage_to_pb(event.node))
+    return message

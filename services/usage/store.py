@@ -1,0 +1,726 @@
+"""The usage store: the ledger and its journal behind one lock, plus change watchers.
+
+Layer: services (usage recorder state). Both writers of the recorder's state — the gRPC servicer
+and the Kubernetes source (through the ``UsageSink`` methods) — go through this class, so every
+change is, in this order and under one lock: applied to the in-memory ledger (which decides),
+committed to the journal, published to watchers. If the journal write fails, the ledger change
+is undone before the lock is released and the caller gets ``DependencyUnavailableError``
+(UNAVAILABLE): nothing acknowledged is lost, nothing unacknowledged is half-applied.
+
+Watchers get bounded queues. A writer never waits for a watcher: a watcher whose queue is full
+is dropped and told so (the stream then ends with RESOURCE_EXHAUSTED and the client re-watches
+with the initial state).
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from opentelemetry import trace
+
+from accounting.errors import InvalidInputError, Violations
+from accounting.ledger import Ledger, LedgerChange, RecordOutcome, ReserveOutcome
+from accounting.lifecycle import Decision, StoredPod
+from accounting.model import (
+    NVIDIA_RESOURCES,
+    TRACEPARENT_ANNOTATION,
+    Device,
+    DeviceState,
+    DeviceUsage,
+    Pod,
+    QuotaItem,
+    VendorResources,
+)
+from accounting.quota import quota_items_from_limits
+from accounting.validate import validate_devices
+from services.common import metrics, telemetry
+from services.common.errors import DependencyUnavailableError
+from services.usage.journal import (
+    DeleteNode,
+    DeletePod,
+    Journal,
+    JournalError,
+    JournalOp,
+    JournalState,
+    PutNode,
+    PutPod,
+    PutQuota,
+)
+
+_LOG = logging.getLogger(__name__)
+
+SERVICE = "usage"
+"""The ``service`` label of this daemon's metrics."""
+DEFAULT_MAX_WATCH_EVENTS = 4096
+"""Events a watcher may have queued before it is dropped as too slow."""
+
+
+class EventKind(enum.Enum):
+    """Kinds of change (UsageEventKind in the schema)."""
+
+    SNAPSHOT = "snapshot"
+    POD_CHANGED = "pod_changed"
+    POD_FORGOTTEN = "pod_forgotten"
+    NODE_REGISTERED = "node_registered"
+    """A node was registered, its inventory changed, or it was dropped (then without devices)."""
+    QUOTA_SET = "quota_set"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """One node's devices with what is charged on them, and the pods charged there."""
+
+    node_name: str
+    devices: tuple[DeviceState, ...]
+    pod_uids: tuple[str, ...]
+    registered: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEvent:
+    """One change, with the affected namespace and node state after it."""
+
+    kind: EventKind
+    revision: int
+    pod_uid: str = ""
+    namespace: str = ""
+    namespace_items: tuple[QuotaItem, ...] = ()
+    node: NodeSnapshot | None = None
+    stored: tuple[DeviceUsage, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverySummary:
+    """What ``UsageStore.recover`` loaded."""
+
+    pods: int
+    nodes: int
+    namespaces: int
+    revision: int
+    seconds: float
+
+
+class Subscription:
+    """A watcher's bounded queue of events; read with ``next``, end with ``close``."""
+
+    def __init__(
+        self,
+        initial: Sequence[UsageEvent],
+        max_events: int,
+        on_close: Callable[[Subscription], None],
+    ) -> None:
+        self._condition = threading.Condition()
+        self._queue: collections.deque[UsageEvent] = collections.deque(initial)
+        # The initial state is never a reason to drop a watcher: only live events count.
+        self._limit = max_events + len(initial)
+        self._on_close = on_close
+        self.overflowed = False
+        """True once the watcher fell more than ``max_events`` behind and was dropped."""
+        self.closed = False
+
+    def offer(self, events: Sequence[UsageEvent]) -> bool:
+        """Queues events without blocking; False (and the watcher is dropped) when full."""
+        with self._condition:
+            if self.closed:
+                return False
+            if len(self._queue) + len(events) > self._limit:
+                self.overflowed = True
+                self.closed = True
+                self._queue.clear()
+                self._condition.notify_all()
+                return False
+            self._queue.extend(events)
+            self._condition.notify_all()
+            return True
+
+    def next(self, timeout_s: float) -> UsageEvent | None:
+        """The next event, or None after ``timeout_s`` or once closed (see ``overflowed``)."""
+        with self._condition:
+            if not self._queue and not self.closed:
+                self._condition.wait(timeout_s)
+            if self._queue and not self.closed:
+                return self._queue.popleft()
+            return None
+
+    def close(self) -> None:
+        """Ends the subscription and wakes a reader waiting in ``next`` (idempotent)."""
+        with self._condition:
+            already = self.closed
+            self.closed = True
+            self._queue.clear()
+            self._condition.notify_all()
+        if not already:
+            self._on_close(self)
+
+
+class UsageStore:
+    """The recorder's state: a ``Ledger`` and its ``Journal`` serialised by one lock.
+
+    Implements the Kubernetes source's ``UsageSink`` protocol (record_pod, forget_pod,
+    register_node, forget_node, set_quota, tracked_pod_uids, set_synced).
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        journal: Journal | None,
+        *,
+        tracer: trace.Tracer | None = None,
+        vendor: VendorResources = NVIDIA_RESOURCES,
+        max_watch_events: int = DEFAULT_MAX_WATCH_EVENTS,
+        on_synced: Callable[[bool], None] | None = None,
+    ) -> None:
+        """Wraps a ledger and (optionally) its journal; without a journal nothing is durable.
+
+        Args:
+            ledger: the in-memory ledger; only this store may touch it from now on.
+            journal: where each change is committed before it is acknowledged.
+            tracer: spans usage.record/shrink/release/reserve; None traces nothing.
+            vendor: the vendor whose memory and cores the ledger gauges report.
+            max_watch_events: queue bound of each watcher.
+            on_synced: told when the Kubernetes source has (or has lost) a full sync.
+        """
+        self._ledger = ledger
+        self._journal = journal
+        self._tracer = tracer or trace.NoOpTracer()
+        self._vendor = vendor
+        self._max_watch_events = max_watch_events
+        self._lock = threading.Lock()
+        self._subscriptions: set[Subscription] = set()
+        self._pods_by_node: dict[str, set[str]] = {}
+        self._traceparents: dict[str, str] = {}
+        """uid -> the pod's hami.io/traceparent, for spans about it that carry no pod."""
+        self._on_synced = on_synced
+        self._synced = False
+
+    # -- recovery ------------------------------------------------------------------------------
+
+    def recover(self) -> RecoverySummary:
+        """Loads the journal's state into the (empty) ledger; call once, before serving.
+
+        Raises:
+            JournalError: the journal cannot be read.
+        """
+        started_s = time.perf_counter()
+        state = self._journal.load() if self._journal is not None else JournalState()
+        with self._lock:
+            self._restore(state)
+            summary = RecoverySummary(
+                pods=len(state.pods),
+                nodes=len(state.nodes),
+                namespaces=len(self._ledger.namespaces()),
+                revision=self._ledger.revision,
+                seconds=time.perf_counter() - started_s,
+            )
+        return summary
+
+    def _restore(self, state: JournalState) -> None:
+        ledger = self._ledger
+        for node_name, devices in state.nodes.items():
+            ledger.register_node(node_name, devices)
+        for namespace, limits in state.quotas.items():
+            ledger.set_quota(namespace, limits)
+        restore = ledger.restore
+        by_node = self._pods_by_node
+        for stored in state.pods:
+            restore(stored)
+            by_node.setdefault(stored.node_name, set()).add(stored.uid)
+        self._traceparents.update(state.traceparents)
+        if state.revision:
+            # Watchers compare revisions across restarts: continue from the acknowledged one.
+            ledger.revision = state.revision
+        for node_name in self._known_nodes():
+            self._publish_node_gauge(node_name)
+        for namespace in ledger.namespaces():
+            self._publish_namespace_gauge(namespace)
+
+    # -- pods ----------------------------------------------------------------------------------
+
+    def record_pod(self, pod: Pod) -> RecordOutcome:
+        """Applies the lifecycle rules to the pod's current state (idempotent upsert).
+
+        Raises:
+            InvalidInputError: a grant names a device its (registered) node does not have.
+            DependencyUnavailableError: the journal write failed; nothing changed.
+        """
+        with telemetry.pod_span(self._tracer, "usage.record", pod) as span:
+            with self._lock:
+                revision = self._ledger.revision
+                outcome = self._ledger.record(pod)
+                if outcome.change.changed:
+                    self._commit_pod_change(outcome.change, revision, _traceparent(pod))
+            if outcome.decision in (Decision.SHRUNK, Decision.PARTIALLY_RELEASED):
+                span.update_name("usage.shrink")
+            elif outcome.decision is Decision.RELEASED:
+                span.update_name("usage.release")
+            telemetry.set_attributes(
+                span,
+                {
+                    "decision": outcome.decision,
+                    "message": outcome.message,
+                    **_stored_attributes(outcome.stored),
+                },
+            )
+            if outcome.overcommitted:
+                # An init re-run reclaimed capacity handed out meanwhile: recorded because it is
+                # real, but an operator must know the devices are oversubscribed.
+                telemetry.set_attributes(span, {"overcommitted": list(outcome.overcommitted)})
+                _LOG.warning(
+                    "devices overcommitted after recording pod %s", pod.key,
+                    extra={"pod_uid": pod.uid, "devices": list(outcome.overcommitted),
+                           "decision": outcome.decision.value},
+                )
+        metrics.record_decision(SERVICE, "record", outcome.decision.value)
+        return outcome
+
+    def forget_pod(self, pod_uid: str) -> LedgerChange:
+        """Releases exactly what is stored for the pod and forgets it; ``before`` is what was
+        released (None when the pod was not tracked).
+
+        Raises:
+            InvalidInputError: the uid is empty.
+            DependencyUnavailableError: the journal write failed; nothing changed.
+        """
+        if not pod_uid:
+            raise InvalidInputError.single("pod_uid", "must not be empty")
+        attributes = {telemetry.ATTR_POD_UID: pod_uid}
+        with self._lock:
+            # ForgetPod carries only the uid: the release joins the pod's trace through the
+            # traceparent kept from the pod's last recorded state.
+            traceparent = self._traceparents.get(pod_uid)
+        with telemetry.pod_span(
+            self._tracer, "usage.release", traceparent=traceparent, attributes=attributes
+        ) as span:
+            with self._lock:
+                revision = self._ledger.revision
+                change = self._ledger.forget(pod_uid)
+                if change.changed:
+                    self._commit_pod_change(change, revision)
+            released = change.before
+            if released is not None:
+                telemetry.set_attributes(
+                    span,
+                    {
+                        telemetry.ATTR_POD_NAMESPACE: released.namespace,
+                        telemetry.ATTR_POD_NAME: released.name,
+                        "decision": "Forgotten",
+                        **_stored_attributes(released),
+                    },
+                )
+            else:
+                telemetry.set_attributes(span, {"decision": Decision.NOT_TRACKED})
+        metrics.record_decision(
+            SERVICE, "forget", "Forgotten" if released is not None else Decision.NOT_TRACKED.value
+        )
+        return change
+
+    def reserve(self, pod: Pod, node_name: str) -> ReserveOutcome:
+        """Atomically re-checks node capacity and namespace quota for the pod's grants on the
+        node, then records them; a refusal changes nothing.
+
+        Raises:
+            InvalidInputError: the node is not registered or a grant names an unknown device.
+            DependencyUnavailableError: the journal write failed; nothing changed.
+        """
+        if not node_name:
+            raise InvalidInputError.single("node_name", "must not be empty")
+        with telemetry.pod_span(
+            self._tracer, "usage.reserve", pod, attributes={"node": node_name}
+        ) as span:
+            with self._lock:
+                revision = self._ledger.revision
+                outcome = self._ledger.reserve(pod, node_name)
+                if outcome.change is not None and outcome.change.changed:
+                    self._commit_pod_change(outcome.change, revision, _traceparent(pod))
+            telemetry.set_attributes(
+                span,
+                {
+                    "decision": "reserved" if outcome.reserved else "refused",
+                    "reason": outcome.reason,
+                    **(_stored_attributes(outcome.stored) if outcome.reserved else {}),
+                },
+            )
+        metrics.record_decision(
+            SERVICE, "reserve" if outcome.reserved else "refuse", outcome.reason
+        )
+        return outcome
+
+    def _commit_pod_change(
+        self, change: LedgerChange, revision_before: int, traceparent: str = ""
+    ) -> None:
+        after = change.after
+        ops: list[JournalOp] = []
+        uid = (after or change.before).uid  # type: ignore[union-attr]  # changed: one is set
+        # An update without the annotation (a typed pod from a client that strips it) keeps the
+        # trace the pod already had.
+        traceparent = traceparent or self._traceparents.get(uid, "")
+        if after is not None:
+            ops.append(PutPod(after, traceparent))
+        else:
+            ops.append(DeletePod(uid))
+
+        def undo() -> None:
+            if change.before is not None:
+                self._ledger.restore(change.before)
+            elif after is not None:
+                self._ledger.forget(after.uid)
+
+        self._commit(ops, undo, revision_before)
+        if after is not None and traceparent:
+            self._traceparents[uid] = traceparent
+        elif after is None:
+            self._traceparents.pop(uid, None)
+        self._index_pod(change)
+        nodes = change.node_names or ("",)
+        for node_name in change.node_names:
+            self._publish_node_gauge(node_name)
+        self._publish_namespace_gauge(change.namespace)
+        if not self._subscriptions:
+            return
+        kind = EventKind.POD_CHANGED if after is not None else EventKind.POD_FORGOTTEN
+        items = tuple(self._ledger.namespace_items(change.namespace).values())
+        stored = after.usage if after is not None else ()
+        revision = self._ledger.revision
+        self._publish(
+            [
+                UsageEvent(
+                    kind,
+                    revision,
+                    pod_uid=uid,
+                    namespace=change.namespace,
+                    namespace_items=items,
+                    node=self._node_snapshot(node_name) if node_name else None,
+                    stored=stored,
+                )
+                for node_name in nodes
+            ]
+        )
+
+    def _index_pod(self, change: LedgerChange) -> None:
+        if change.before is not None:
+            uids = self._pods_by_node.get(change.before.node_name)
+            if uids is not None:
+                uids.discard(change.before.uid)
+                if not uids:
+                    del self._pods_by_node[change.before.node_name]
+        if change.after is not None:
+            self._pods_by_node.setdefault(change.after.node_name, set()).add(change.after.uid)
+
+    # -- nodes ---------------------------------------------------------------------------------
+
+    def register_node(self, node_name: str, devices: Sequence[Device]) -> NodeSnapshot:
+        """Registers or replaces a node's inventory; an identical inventory changes nothing.
+
+        Raises:
+            InvalidInputError: no name, or a bad inventory (duplicate UUIDs, negative totals).
+            DependencyUnavailableError: the journal write failed; nothing changed.
+        """
+        devices = tuple(devices)
+        found = Violations()
+        if not node_name:
+            found.add("node_name", "must not be empty")
+        try:
+            validate_devices(devices, "devices")
+        except InvalidInputError as error:
+            found.extend(error)
+        found.raise_if_any()
+        with self._lock:
+            previous = self._ledger.node_devices(node_name)
+            if previous != devices:
+                revision = self._ledger.revision
+                self._ledger.register_node(node_name, devices)
+
+                def undo() -> None:
+                    if previous is None:
+                        self._ledger.forget_node(node_name)
+                    else:
+                        self._ledger.register_node(node_name, previous)
+
+                self._commit([PutNode(node_name, devices)], undo, revision)
+                self._after_node_change(node_name)
+            return self._node_snapshot(node_name)
+
+    def forget_node(self, node_name: str) -> None:
+        """Drops a node's inventory (pods charged there keep their usage until forgotten).
+
+        Raises:
+            DependencyUnavailableError: the journal write failed; nothing changed.
+        """
+        with self._lock:
+            previous = self._ledger.node_devices(node_name)
+            if previous is None:
+                return
+            revision = self._ledger.revision
+            self._ledger.forget_node(node_name)
+            self._commit(
+                [DeleteNode(node_name)],
+                lambda: self._ledger.register_node(node_name, previous),
+                revision,
+            )
+            self._after_node_change(node_name)
+
+    def _after_node_change(self, node_name: str) -> None:
+        self._publish_node_gauge(node_name)
+        if self._subscriptions:
+            self._publish(
+                [
+                    UsageEvent(
+                        EventKind.NODE_REGISTERED,
+                        self._ledger.revision,
+                        node=self._node_snapshot(node_name),
+                    )
+                ]
+            )
+
+    # -- quotas --------------------------------------------------------------------------------
+
+    def set_quota(self, namespace: str, limits: Mapping[str, int]) -> tuple[QuotaItem, ...]:
+        """Replaces a namespace's limits, keyed like a ResourceQuota's spec.hard
+        (``limits.nvidia.com/gpumem``); empty limits unset them all.
+
+        Raises:
+            InvalidInputError: no namespace, an unknown key or a negative limit, each named.
+            DependencyUnavailableError: the journal write failed; nothing changed.
+        """
+        found = Violations()
+        if not namespace:
+            found.add("namespace", "must not be empty")
+        by_resource = quota_items_from_limits(limits, self._vendor)
+        if len(by_resource) != len(limits):
+            known = (
+                self._vendor.quota_memory_key,
+                self._vendor.quota_core_key,
+                self._vendor.quota_count_key,
+            )
+            for key in sorted(limits):
+                if key not in known:
+                    found.add(f"limits[{key!r}]", f"unknown quota key; expected one of {known}")
+        for key, value in sorted(limits.items()):
+            if value < 0:
+                found.add(f"limits[{key!r}]", f"must be >= 0, got {value}")
+        found.raise_if_any()
+        with self._lock:
+            previous = self._ledger.limits(namespace)
+            if previous != by_resource:
+                revision = self._ledger.revision
+                self._ledger.set_quota(namespace, by_resource)
+                self._commit(
+                    [PutQuota(namespace, by_resource)],
+                    lambda: self._ledger.set_quota(namespace, previous),
+                    revision,
+                )
+                items = tuple(self._ledger.namespace_items(namespace).values())
+                if self._subscriptions:
+                    self._publish(
+                        [
+                            UsageEvent(
+                                EventKind.QUOTA_SET,
+                                self._ledger.revision,
+                                namespace=namespace,
+                                namespace_items=items,
+                            )
+                        ]
+                    )
+                return items
+            return tuple(self._ledger.namespace_items(namespace).values())
+
+    # -- the commit ----------------------------------------------------------------------------
+
+    def _commit(self, ops: Sequence[JournalOp], undo: Callable[[], None], revision: int) -> None:
+        """Journals a change already applied to the ledger; on failure undoes it and raises.
+
+        Called with the lock held: every reader of the ledger takes the same lock, so nobody
+        sees a change that is later undone.
+        """
+        if self._journal is None:
+            return
+        started_s = time.perf_counter()
+        try:
+            self._journal.commit(ops, self._ledger.revision)
+        except JournalError as error:
+            undo()
+            self._ledger.revision = revision
+            _LOG.error("journal write failed; change undone", extra={"error": str(error)})
+            raise DependencyUnavailableError(
+                f"journal unavailable, change not recorded: {error}"
+            ) from error
+        metrics.observe_journal_write(time.perf_counter() - started_s)
+
+    # -- queries -------------------------------------------------------------------------------
+
+    @property
+    def revision(self) -> int:
+        with self._lock:
+            return self._ledger.revision
+
+    def pod(self, pod_uid: str) -> StoredPod | None:
+        """What is stored for a pod, or None."""
+        with self._lock:
+            return self._ledger.pod(pod_uid)
+
+    def pods(self) -> tuple[StoredPod, ...]:
+        """Every tracked pod (a copy; for reports and tests)."""
+        with self._lock:
+            return tuple(self._ledger.pods())
+
+    def namespaces(self) -> tuple[str, ...]:
+        """Namespaces with usage or limits, sorted."""
+        with self._lock:
+            return self._ledger.namespaces()
+
+    def node(self, node_name: str) -> NodeSnapshot | None:
+        """A registered node's state, or None."""
+        with self._lock:
+            if self._ledger.node_devices(node_name) is None:
+                return None
+            return self._node_snapshot(node_name)
+
+    def node_usage(
+        self, node_names: Iterable[str] = ()
+    ) -> tuple[tuple[NodeSnapshot, ...], tuple[str, ...]]:
+        """(registered nodes among ``node_names``, names not registered); every registered node
+        when ``node_names`` is empty."""
+        names = tuple(dict.fromkeys(node_names))
+        with self._lock:
+            if not names:
+                names = self._ledger.node_names()
+            found = tuple(
+                self._node_snapshot(n) for n in names if self._ledger.node_devices(n) is not None
+            )
+            unknown = tuple(n for n in names if self._ledger.node_devices(n) is None)
+        return found, unknown
+
+    def namespace_items(self, namespace: str) -> tuple[QuotaItem, ...]:
+        """One item per resource with usage or a limit in the namespace."""
+        with self._lock:
+            return tuple(self._ledger.namespace_items(namespace).values())
+
+    def _node_snapshot(self, node_name: str) -> NodeSnapshot:
+        states = self._ledger.node_states(node_name)
+        uids = tuple(sorted(self._pods_by_node.get(node_name, ())))
+        return NodeSnapshot(node_name, states or (), uids, registered=states is not None)
+
+    def _known_nodes(self) -> tuple[str, ...]:
+        names = dict.fromkeys(self._ledger.node_names())
+        names.update(dict.fromkeys(n for n in self._pods_by_node if n))
+        return tuple(names)
+
+    # -- UsageSink -----------------------------------------------------------------------------
+
+    def tracked_pod_uids(self) -> frozenset[str]:
+        """UIDs of every pod with something stored (the Kubernetes source reconciles these)."""
+        with self._lock:
+            return self._ledger.pod_uids()
+
+    def set_synced(self, synced: bool) -> None:
+        """The Kubernetes source finished (or lost) its full sync; health follows it."""
+        self._synced = synced
+        if self._on_synced is not None:
+            self._on_synced(synced)
+
+    def set_synced_callback(self, callback: Callable[[bool], None]) -> None:
+        """Installs the health callback (the server is built after the store)."""
+        self._on_synced = callback
+
+    @property
+    def synced(self) -> bool:
+        return self._synced
+
+    # -- watchers ------------------------------------------------------------------------------
+
+    def subscribe(self, send_initial_state: bool = False) -> Subscription:
+        """A watcher of every later change, optionally preceded by SNAPSHOT events of every node
+        and namespace; no change falls between the snapshot and the first live event."""
+        with self._lock:
+            initial: list[UsageEvent] = []
+            if send_initial_state:
+                revision = self._ledger.revision
+                initial.extend(
+                    UsageEvent(EventKind.SNAPSHOT, revision, node=self._node_snapshot(name))
+                    for name in self._ledger.node_names()
+                )
+                initial.extend(
+                    UsageEvent(
+                        EventKind.SNAPSHOT,
+                        revision,
+                        namespace=namespace,
+                        namespace_items=tuple(self._ledger.namespace_items(namespace).values()),
+                    )
+                    for namespace in self._ledger.namespaces()
+                )
+            subscription = Subscription(initial, self._max_watch_events, self._unsubscribe)
+            self._subscriptions.add(subscription)
+            return subscription
+
+    def _unsubscribe(self, subscription: Subscription) -> None:
+        with self._lock:
+            self._subscriptions.discard(subscription)
+
+    def close_watchers(self) -> None:
+        """Ends every watch stream (at shutdown)."""
+        with self._lock:
+            subscriptions = list(self._subscriptions)
+        for subscription in subscriptions:
+            subscription.close()
+
+    @property
+    def watcher_count(self) -> int:
+        with self._lock:
+            return len(self._subscriptions)
+
+    def _publish(self, events: Sequence[UsageEvent]) -> None:
+        # Called with the lock held; offer() never blocks, so a slow watcher cannot stall us.
+        for subscription in list(self._subscriptions):
+            if not subscription.offer(events):
+                self._subscriptions.discard(subscription)
+                if subscription.overflowed:
+                    _LOG.warning(
+                        "dropped a usage watcher that fell behind",
+                        extra={"max_events": self._max_watch_events},
+                    )
+
+    # -- gauges --------------------------------------------------------------------------------
+
+    def _publish_node_gauge(self, node_name: str) -> None:
+        if not node_name:
+            return
+        used = self._ledger.node_usage(node_name).values()
+        metrics.set_ledger_total(
+            "node", node_name, sum(u[0] for u in used), sum(u[1] for u in used)
+        )
+
+    def _publish_namespace_gauge(self, namespace: str) -> None:
+        if not namespace:
+            return
+        items = self._ledger.namespace_items(namespace)
+        memory = items.get(self._vendor.memory_resource)
+        cores = items.get(self._vendor.core_resource)
+        metrics.set_ledger_total(
+            "namespace",
+            namespace,
+            memory.used if memory else 0,
+            cores.used if cores else 0,
+        )
+
+
+def _traceparent(pod: Pod) -> str:
+    return pod.annotations.get(TRACEPARENT_ANNOTATION, "")
+
+
+def _stored_attributes(stored: StoredPod | None) -> dict[str, object]:
+    if stored is None:
+        return {"tracked": False}
+    return {
+        "tracked": True,
+        "stored.memory_mib": sum(u.memory_mib for u in stored.usage),
+        "stored.core_percent": sum(u.core_percent for u in stored.usage),
+        "stored.devices": len(stored.usage),
+        "init_released": stored.init_released,
+        "init_progress": stored.init_progress,
+    }
