@@ -226,10 +226,9 @@ class UsageStore:
             ledger.register_node(node_name, devices)
         for namespace, limits in state.quotas.items():
             ledger.set_quota(namespace, limits)
-        restore = ledger.restore
+        ledger.restore_all(state.pods)
         by_node = self._pods_by_node
         for stored in state.pods:
-            restore(stored)
             by_node.setdefault(stored.node_name, set()).add(stored.uid)
         self._traceparents.update(state.traceparents)
         if state.revision:

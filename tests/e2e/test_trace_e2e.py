@@ -352,14 +352,6 @@ def test_forget_pod_with_metadata_releases_on_the_pod_trace(traced: TracedRun) -
     assert release.trace_id == traced.md.trace_id, traced.tree(traced.md)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "ForgetPodRequest carries only the uid and the recorder does not keep the pod's "
-        "traceparent, so usage.release of a ForgetPod without traceparent metadata starts a new "
-        "trace (report: keep the traceparent with the stored pod and parent the release on it)"
-    ),
-)
 def test_forget_pod_without_metadata_releases_on_the_pod_trace(traced: TracedRun) -> None:
     release = traced.one(traced.annotation, "usage.release")
     assert release.trace_id == traced.annotation.trace_id, traced.tree(traced.annotation)
