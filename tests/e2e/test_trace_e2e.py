@@ -435,26 +435,14 @@ def test_without_metadata_the_rpc_spans_are_linked_not_parents(traced: TracedRun
 
 # -- logs --------------------------------------------------------------------------------------
 
-_LOG_TRACE_XFAIL = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the decision is logged after its pod span has ended, so the line carries the RPC "
-        "span's trace id, which is the pod's only when the caller sent traceparent metadata"
-    ),
-)
-
-
 @pytest.mark.parametrize(
     ("message", "which"),
     [
         pytest.param("filter Scheduled for pod e2e/trainer-md", "md", id="filter-md"),
         pytest.param(
-            "filter Scheduled for pod e2e/trainer-annotation",
-            "annotation",
-            id="filter-annotation",
-            marks=_LOG_TRACE_XFAIL,
+            "filter Scheduled for pod e2e/trainer-annotation", "annotation", id="filter-annotation"
         ),
-        pytest.param("quota deny for pod e2e/too-big", "denied", id="deny", marks=_LOG_TRACE_XFAIL),
+        pytest.param("quota deny for pod e2e/too-big", "denied", id="deny"),
     ],
 )
 def test_decision_log_lines_carry_the_pod_trace_id(

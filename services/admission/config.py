@@ -1,0 +1,114 @@
+"""Configuration of the admission daemon, read from ``HAMI_ACCOUNTING_*`` environment variables.
+
+Layer: services/admission (runtime). ``AdmissionConfig.from_env`` is a pure function of a
+Mapping and reports every problem in one ``ConfigError``; the command-line flags of
+``__main__`` override the same fields one to one. With no variable set the daemon serves gRPC on
+127.0.0.1:50051, reads usage directly from the recorder at 127.0.0.1:50053, and runs no
+AdmissionReview endpoint (it needs a serving certificate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.common.config import (
+    DEFAULT_USAGE_ADDR,
+    CommonConfig,
+    env_addr,
+    env_bool,
+    env_int,
+    env_name,
+    env_path,
+    env_str,
+    raise_if_problems,
+)
+
+USAGE_CACHE_OFF = "off"
+"""Every check reads the namespace's usage from the recorder (the default)."""
+USAGE_CACHE_WATCH = "watch"
+"""A local copy fed by the recorder's WatchUsage stream; direct reads while the stream is down."""
+USAGE_CACHE_MODES = (USAGE_CACHE_OFF, USAGE_CACHE_WATCH)
+
+DEFAULT_WEBHOOK_ADDR = "0.0.0.0:8443"
+
+
+@dataclass(frozen=True)
+class AdmissionConfig:
+    """Everything the admission daemon reads at start."""
+
+    common: CommonConfig
+    """Listen and metrics addresses, TLS, log level (see services.common.config). The gRPC TLS
+    settings also secure the channel to the recorder."""
+    usage_addr: str = DEFAULT_USAGE_ADDR
+    """The usage recorder's gRPC ``host:port`` (HAMI_ACCOUNTING_USAGE_ADDR)."""
+    memory_factor: int = 1
+    """HAMi's memoryFactor: memory requests are multiplied by it once, and so are memory limits
+    (>= 1; HAMI_ACCOUNTING_MEMORY_FACTOR). Must match the recorder's and HAMi's."""
+    enforce_gpu_count: bool = True
+    """Deny when the effective device count exceeds ``limits.nvidia.com/gpu``
+    (HAMI_ACCOUNTING_ENFORCE_GPU_COUNT, default true; the dimension only applies where such a
+    limit is set). HAMi has no count quota; ``false`` restores its behaviour."""
+    usage_cache: str = USAGE_CACHE_OFF
+    """``off`` or ``watch`` (HAMI_ACCOUNTING_USAGE_CACHE); see services.admission.usage_source."""
+    webhook_addr: str | None = None
+    """``host:port`` of the AdmissionReview HTTPS endpoint (HAMI_ACCOUNTING_WEBHOOK_ADDR;
+    default 0.0.0.0:8443 when a certificate is configured); None when disabled."""
+    webhook_cert_file: Path | None = None
+    """PEM serving certificate chain of the endpoint (HAMI_ACCOUNTING_WEBHOOK_CERT_FILE)."""
+    webhook_key_file: Path | None = None
+    """PEM private key of the endpoint (HAMI_ACCOUNTING_WEBHOOK_KEY_FILE)."""
+
+    @property
+    def webhook_enabled(self) -> bool:
+        return self.webhook_addr is not None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> AdmissionConfig:
+        """Reads the daemon's settings.
+
+        Raises:
+            ConfigError: listing every invalid variable.
+        """
+        problems: list[str] = []
+        common = CommonConfig.for_service(env, "admission", problems=problems)
+        usage_addr = env_addr(env, "USAGE_ADDR", DEFAULT_USAGE_ADDR, problems=problems)
+        memory_factor = env_int(env, "MEMORY_FACTOR", 1, problems=problems, minimum=1)
+        enforce_gpu_count = env_bool(env, "ENFORCE_GPU_COUNT", True, problems=problems)
+        usage_cache = env_str(env, "USAGE_CACHE", USAGE_CACHE_OFF, problems=problems).lower()
+        if usage_cache not in USAGE_CACHE_MODES:
+            problems.append(
+                f"{env_name('USAGE_CACHE')} must be one of {', '.join(USAGE_CACHE_MODES)}, "
+                f"got {usage_cache!r}"
+            )
+            usage_cache = USAGE_CACHE_OFF
+
+        cert = env_path(env, "WEBHOOK_CERT_FILE", problems=problems, must_exist=True)
+        key = env_path(env, "WEBHOOK_KEY_FILE", problems=problems, must_exist=True)
+        addr_given = bool(env.get(env_name("WEBHOOK_ADDR"), "").strip())
+        webhook_addr: str | None = None
+        if cert is not None and key is not None:
+            webhook_addr = env_addr(env, "WEBHOOK_ADDR", DEFAULT_WEBHOOK_ADDR, problems=problems)
+        elif cert is not None or key is not None or addr_given:
+            # The API server only calls webhooks over HTTPS: an address without a certificate,
+            # or half a certificate, is a manifest mistake, not a reason to serve plaintext.
+            missing = [
+                env_name(k)
+                for k, v in (("WEBHOOK_CERT_FILE", cert), ("WEBHOOK_KEY_FILE", key))
+                if v is None
+            ]
+            problems.append(
+                f"{' and '.join(missing)} required for the AdmissionReview endpoint (HTTPS only)"
+            )
+        raise_if_problems(problems)
+        return cls(
+            common=common,
+            usage_addr=usage_addr,
+            memory_factor=memory_factor,
+            enforce_gpu_count=enforce_gpu_count,
+            usage_cache=usage_cache,
+            webhook_addr=webhook_addr,
+            webhook_cert_file=cert if webhook_addr else None,
+            webhook_key_file=key if webhook_addr else None,
+        )

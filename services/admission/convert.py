@@ -1,0 +1,135 @@
+"""Conversion between the Admission messages and the accounting's values.
+
+Layer: services/admission (adapter). Shared messages (pods, quota items) convert in
+``services.common.convert``; this module reads CheckQuota's pod and builds its response. No
+accounting rules.
+
+A pod being admitted may not have a uid yet: the API server assigns it after the mutating
+webhooks ran (HAMi's webhook is one), so a pod without ``metadata.uid`` is accepted here and
+carries ``UNASSIGNED_UID``. Every other problem is INVALID_ARGUMENT naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from accounting import kube_pod, validate
+from accounting.model import Pod, QuotaItem, VendorResources
+from accounting.pod import EffectiveRequest
+from accounting.quota import QuotaCheckItem, QuotaDecision
+from hami.accounting.v1 import admission_pb2, types_pb2
+from services.common import convert as common
+
+UNASSIGNED_UID = "(not assigned yet)"
+"""The uid of a pod checked before the API server gave it one (span attributes, logs)."""
+
+
+def pod_from_request(
+    request: admission_pb2.CheckQuotaRequest, vendors: Sequence[VendorResources]
+) -> Pod:
+    """CheckQuota's pod, typed or Kubernetes JSON, converted and validated.
+
+    Raises:
+        InvalidInputError: no pod, or every problem of it (``pod.containers[0].name``,
+            ``kubernetes_pod_json.spec.containers[1].resources.limits["nvidia.com/gpumem"]``).
+    """
+    kind = common.pod_source_kind(request)
+    if kind == "pod" and not request.pod.uid:
+        typed = types_pb2.Pod()
+        typed.CopyFrom(request.pod)
+        typed.uid = UNASSIGNED_UID
+        return common.pod_from_pb(typed)
+    if kind == "kubernetes_pod_json":
+        document = _json_object(request.kubernetes_pod_json)
+        if document is not None:
+            return pod_from_kubernetes(document, vendors, path="kubernetes_pod_json")
+    # The common reader reports a missing source and undecodable JSON with the same words
+    # every daemon uses.
+    return common.pod_from_source(request, vendors)
+
+
+def pod_from_kubernetes(
+    document: Mapping[str, Any],
+    vendors: Sequence[VendorResources],
+    *,
+    path: str,
+    namespace: str = "",
+) -> Pod:
+    """A Kubernetes Pod object (decoded JSON) read for a quota check; ``namespace`` fills an
+    empty ``metadata.namespace`` (an AdmissionReview's ``request.namespace``).
+
+    Raises:
+        InvalidInputError: every problem, with paths under ``path``.
+    """
+    metadata = document.get("metadata")
+    if isinstance(metadata, dict):
+        if metadata.get("uid") in (None, ""):
+            metadata = {**metadata, "uid": UNASSIGNED_UID}
+        if namespace and metadata.get("namespace") in (None, ""):
+            metadata = {**metadata, "namespace": namespace}
+        document = {**document, "metadata": metadata}
+    elif metadata is None:
+        document = {
+            **document,
+            "metadata": {"uid": UNASSIGNED_UID, **({"namespace": namespace} if namespace else {})},
+        }
+    pod = kube_pod.parse_pod(document, vendors, path=path)
+    validate.validate_pod(pod, path)
+    return pod
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        document = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def quota_items_from_pb(items: Iterable[types_pb2.QuotaItem]) -> Mapping[str, QuotaItem]:
+    """GetNamespaceUsage's (or a UsageEvent's) items keyed by resource name, read-only."""
+    return MappingProxyType(
+        {item.resource: common.quota_item_from_pb(item) for item in items}
+    )
+
+
+def vendor_request_to_pb(request: EffectiveRequest) -> types_pb2.VendorRequest:
+    return types_pb2.VendorRequest(
+        vendor=request.vendor,
+        count=request.count,
+        memory_mib=request.memory_mib,
+        core_percent=request.core_percent,
+        memory_sized_at_scheduling=request.memory_sized_at_scheduling,
+    )
+
+
+def check_item_to_pb(item: QuotaCheckItem) -> admission_pb2.QuotaCheckItem:
+    return admission_pb2.QuotaCheckItem(
+        resource=item.resource,
+        requested=item.requested,
+        used=item.used,
+        limit=item.limit,
+        limit_set=item.limit_set,
+        exceeded=item.exceeded,
+        enforced=item.enforced,
+    )
+
+
+def check_response(
+    namespace: str,
+    effective: EffectiveRequest,
+    decision: QuotaDecision,
+    traceparent: str,
+) -> admission_pb2.CheckQuotaResponse:
+    return admission_pb2.CheckQuotaResponse(
+        allowed=decision.allowed,
+        reason=decision.reason,
+        message=decision.message,
+        traceparent=traceparent,
+        effective=[vendor_request_to_pb(effective)],
+        items=[check_item_to_pb(item) for item in decision.items],
+        namespace=namespace,
+    )

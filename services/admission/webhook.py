@@ -1,0 +1,381 @@
+"""The quota check as a Kubernetes validating admission webhook (AdmissionReview over HTTPS).
+
+Layer: services/admission (adapter). ``POST /validate`` takes an ``AdmissionReview``
+(``admission.k8s.io/v1`` or ``v1beta1``) and answers in the version it received, with both
+``apiVersion`` and ``kind`` set and ``response.uid`` echoing ``request.uid``. The check is the
+gRPC one (``QuotaChecker``), so both front ends decide alike:
+
+* a pod CREATE within quota: ``allowed: true``;
+* over quota: ``allowed: false`` with ``status {code: 403, message: <the sentence with the
+  numbers>, reason: <MemoryQuotaExceeded|CoreQuotaExceeded|GpuCountQuotaExceeded>}``;
+* anything else (not a pod, a subresource, not CREATE): ``allowed: true`` unchanged;
+* a malformed pod inside a well-formed review: ``allowed: false``, code 400, naming the field;
+* the recorder unreachable: ``allowed: false``, code 503 — the webhook never allows silently;
+  the API server's failurePolicy decides only when the endpoint itself cannot be reached;
+* a malformed review (not JSON, wrong apiVersion/kind, no ``request.uid``): HTTP 400 with a
+  JSON ``{"error": ...}`` body; a body over 1 MiB: HTTP 413.
+
+Pods naming another scheduler: HAMi's webhook skips them (no quota check at all). We check every
+pod that asks for a GPU whatever its ``schedulerName``: GPU quota is the namespace's, and a pod
+sent to another scheduler still holds devices once it runs. Pods that ask for none pass without
+a recorder call.
+
+The server is the standard library's threaded ``http.server`` with TLS done per connection in
+the connection's thread (a slow handshake never blocks accepting). The certificate and key are
+re-read when their files change, so a rotated Secret needs no restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import ssl
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from accounting.errors import InvalidInputError
+from services.admission import convert
+from services.admission.servicer import QuotaChecker
+from services.common.config import parse_host_port
+from services.common.errors import DependencyUnavailableError
+
+_LOG = logging.getLogger(__name__)
+
+VALIDATE_PATH = "/validate"
+HEALTH_PATH = "/healthz"
+MAX_BODY_BYTES = 1024 * 1024
+"""The largest AdmissionReview accepted (the API server's own request limit is 3 MiB; a pod
+spec anywhere near 1 MiB is not something this check needs to read)."""
+_DISCARD_LIMIT_BYTES = 8 * 1024 * 1024
+CONNECTION_TIMEOUT_S = 30.0
+"""Idle and handshake timeout of one connection (the API server waits at most 30 s)."""
+
+SUPPORTED_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+REVIEW_KIND = "AdmissionReview"
+
+
+class ReviewError(Exception):
+    """The request body is not a usable AdmissionReview (HTTP 400)."""
+
+
+class WebhookStartError(RuntimeError):
+    """The endpoint cannot start: bad address, port in use, or unreadable certificate."""
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    """The parts of an AdmissionReview request the check reads."""
+
+    api_version: str
+    uid: str
+    request: Mapping[str, Any]
+
+
+def parse_review(body: bytes) -> Review:
+    """Reads the envelope of an AdmissionReview.
+
+    Raises:
+        ReviewError: not JSON, not an AdmissionReview of a supported version, or no uid.
+    """
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ReviewError(f"body is not valid JSON ({error})") from None
+    if not isinstance(document, dict):
+        raise ReviewError("body must be a JSON object (an AdmissionReview)")
+    api_version = document.get("apiVersion")
+    if api_version not in SUPPORTED_VERSIONS:
+        raise ReviewError(
+            f"apiVersion must be one of {', '.join(SUPPORTED_VERSIONS)}, got {api_version!r}"
+        )
+    if document.get("kind") != REVIEW_KIND:
+        raise ReviewError(f"kind must be {REVIEW_KIND}, got {document.get('kind')!r}")
+    request = document.get("request")
+    if not isinstance(request, dict):
+        raise ReviewError("request must be an object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ReviewError("request.uid must be a non-empty string")
+    return Review(api_version=api_version, uid=uid, request=request)
+
+
+def _is_pod_create(request: Mapping[str, Any]) -> bool:
+    kind = request.get("kind")
+    is_pod = (
+        isinstance(kind, dict)
+        and kind.get("group", "") == ""
+        and kind.get("kind") == "Pod"
+        and not request.get("subResource")
+    )
+    return is_pod and request.get("operation") == "CREATE"
+
+
+def _response(review: Review, allowed: bool, **fields: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": review.api_version,
+        "kind": REVIEW_KIND,
+        "response": {"uid": review.uid, "allowed": allowed, **fields},
+    }
+
+
+def _denied(review: Review, code: int, reason: str, message: str) -> dict[str, Any]:
+    return _response(
+        review, False, status={"code": code, "message": message, "reason": reason}
+    )
+
+
+def review_response(review: Review, checker: QuotaChecker) -> dict[str, Any]:
+    """The AdmissionReview answer to ``review`` (never raises for a bad pod or a down
+    recorder: those are denials with a status code)."""
+    request = review.request
+    if not _is_pod_create(request):
+        return _response(review, True)
+    obj = request.get("object")
+    if not isinstance(obj, dict):
+        return _denied(
+            review, 400, "BadRequest", "invalid pod: request.object must be a Pod object"
+        )
+    namespace = request.get("namespace")
+    try:
+        pod = convert.pod_from_kubernetes(
+            obj,
+            checker.vendors,
+            path="request.object",
+            namespace=namespace if isinstance(namespace, str) else "",
+        )
+    except InvalidInputError as error:
+        return _denied(review, 400, "BadRequest", f"invalid pod: {error}")
+    try:
+        outcome = checker.check(pod, via="admission-review")
+    except DependencyUnavailableError as error:
+        _LOG.warning("denying pod %s: %s", pod.key, error)
+        return _denied(review, 503, "ServiceUnavailable", str(error))
+    decision = outcome.decision
+    audit = {"reason": decision.reason}
+    if outcome.traceparent:
+        # A validating webhook cannot patch the pod; the audit log keeps the trace id.
+        audit["traceparent"] = outcome.traceparent
+    if decision.allowed:
+        return _response(review, True, auditAnnotations=audit)
+    return _response(
+        review,
+        False,
+        status={"code": 403, "message": decision.message, "reason": decision.reason},
+        auditAnnotations=audit,
+    )
+
+
+class _CertificateFiles:
+    """A server TLS context re-made when the certificate or key file changes."""
+
+    def __init__(self, cert_file: Path, key_file: Path) -> None:
+        self._cert_file = cert_file
+        self._key_file = key_file
+        self._lock = threading.Lock()
+        self._stamp = self._read_stamp()
+        self._context = self._load()
+
+    def _read_stamp(self) -> tuple[tuple[int, int], ...]:
+        return tuple(
+            (os.stat(path).st_mtime_ns, os.stat(path).st_size)
+            for path in (self._cert_file, self._key_file)
+        )
+
+    def _load(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self._cert_file, self._key_file)
+        return context
+
+    def context(self) -> ssl.SSLContext:
+        with self._lock:
+            try:
+                stamp = self._read_stamp()
+                if stamp != self._stamp:
+                    self._context = self._load()
+                    self._stamp = stamp
+                    _LOG.info("reloaded the webhook serving certificate",
+                              extra={"cert_file": str(self._cert_file)})
+            except (OSError, ssl.SSLError) as error:
+                # A Secret update writes the files one after the other; keep serving with the
+                # old pair and try again on the next connection.
+                _LOG.warning("cannot reload the webhook certificate yet: %s", error)
+            return self._context
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _WebhookServer
+    protocol_version = "HTTP/1.1"
+    timeout = CONNECTION_TIMEOUT_S
+    server_version = "hami-accounting-admission"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:  # the base class's signature
+        _LOG.debug("webhook: " + format, *args)
+
+    def _send_json(self, status: int, body: Mapping[str, Any], *, close: bool = False) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: HTTPStatus, message: str, *, close: bool = False) -> None:
+        self._send_json(status, {"error": message, "code": int(status)}, close=close)
+
+    def _discard(self, length: int) -> None:
+        while length > 0:
+            chunk = self.rfile.read(min(length, 64 * 1024))
+            if not chunk:
+                return
+            length -= len(chunk)
+
+    def do_GET(self) -> None:
+        if self.path == HEALTH_PATH:
+            self._send_json(HTTPStatus.OK, {"status": "ok"})
+        elif self.path == VALIDATE_PATH:
+            self._error(HTTPStatus.METHOD_NOT_ALLOWED, f"use POST on {VALIDATE_PATH}")
+        else:
+            self._error(HTTPStatus.NOT_FOUND, f"no such path; POST AdmissionReviews to "
+                                              f"{VALIDATE_PATH}")
+
+    def do_POST(self) -> None:
+        length_text = self.headers.get("Content-Length")
+        if length_text is None:
+            self._error(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required", close=True)
+            return
+        try:
+            length = int(length_text)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self._error(HTTPStatus.BAD_REQUEST, f"invalid Content-Length {length_text!r}",
+                        close=True)
+            return
+        if length > MAX_BODY_BYTES:
+            # Read (and drop) a moderately oversized body so the client gets the answer instead
+            # of a reset connection; anything larger is cut off by closing.
+            self._discard(min(length, _DISCARD_LIMIT_BYTES))
+            self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                        f"body of {length} bytes exceeds the limit of {MAX_BODY_BYTES} bytes",
+                        close=True)
+            return
+        # Always read the body first: an unread body would reset the connection under the answer.
+        body = self.rfile.read(length)
+        if self.path.split("?", 1)[0] != VALIDATE_PATH:
+            self._error(HTTPStatus.NOT_FOUND, f"no such path; POST AdmissionReviews to "
+                                              f"{VALIDATE_PATH}")
+            return
+        try:
+            review = parse_review(body)
+        except ReviewError as error:
+            self._error(HTTPStatus.BAD_REQUEST, f"malformed AdmissionReview: {error}")
+            return
+        try:
+            answer = review_response(review, self.server.checker)
+        except Exception:
+            # A bug: deny (never allow silently) and keep the request content out of the answer.
+            _LOG.exception("unhandled error in the AdmissionReview endpoint")
+            answer = _denied(review, 500, "InternalError", "internal error in the GPU quota check")
+        self._send_json(HTTPStatus.OK, answer)
+
+
+class _WebhookServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        checker: QuotaChecker,
+        certificates: _CertificateFiles,
+    ) -> None:
+        self.checker = checker
+        self.certificates = certificates
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that went away mid-request is routine; the default prints to stderr.
+        _LOG.debug("webhook connection from %s ended with an error", client_address,
+                   exc_info=True)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # Runs in the connection's own thread: the handshake cannot stall the accept loop.
+        request.settimeout(CONNECTION_TIMEOUT_S)
+        try:
+            tls = self.certificates.context().wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as error:
+            _LOG.debug("webhook TLS handshake failed from %s: %s", client_address, error)
+            return
+        try:
+            _Handler(tls, client_address, self)
+        finally:
+            with contextlib.suppress(OSError):
+                tls.close()
+
+
+class WebhookServer:
+    """A started AdmissionReview endpoint; ``stop`` ends it (idempotent)."""
+
+    def __init__(
+        self, addr: str, cert_file: Path, key_file: Path, checker: QuotaChecker
+    ) -> None:
+        try:
+            host, port = parse_host_port(addr)
+        except ValueError as error:
+            raise WebhookStartError(f"webhook address {error}") from None
+        try:
+            certificates = _CertificateFiles(cert_file, key_file)
+        except (OSError, ssl.SSLError) as error:
+            raise WebhookStartError(
+                f"cannot load the webhook certificate {cert_file} / key {key_file}: {error}"
+            ) from None
+        try:
+            self._server = _WebhookServer((host, port), checker, certificates)
+        except OSError as error:
+            raise WebhookStartError(
+                f"cannot listen on {addr} for the webhook: {error.strerror or error}"
+            ) from None
+        self.addr = addr
+        self.port: int = self._server.server_address[1]
+        """The bound port (the real one when addr asked for port 0)."""
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+            name="admission-webhook", daemon=True,
+        )
+        self._stopped = threading.Event()
+        self._thread.start()
+        _LOG.info("AdmissionReview endpoint listening",
+                  extra={"webhook_addr": addr, "port": self.port, "path": VALIDATE_PATH})
+
+    @property
+    def url(self) -> str:
+        """``https://127.0.0.1:<port>/validate`` for a local client."""
+        host, _ = parse_host_port(self.addr)
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"https://{host}:{self.port}{VALIDATE_PATH}"
+
+    def stop(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5.0)

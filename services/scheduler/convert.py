@@ -1,0 +1,248 @@
+"""Conversion between the Scheduler's messages, the recorder's messages and the domain.
+
+Layer: services/scheduler (adapter). Validates Filter's input (every bad field at once), turns
+the recorder's node usage and namespace quota into the fit's ``NodeState`` and ``QuotaContext``,
+builds the Reserve request, and writes the Filter response with HAMi's annotations
+(``accounting.hami_codec`` does the wire format). No accounting rules and no arithmetic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from accounting import hami_codec
+from accounting.errors import InvalidInputError
+from accounting.fit import FitResult, NodeState, QuotaContext
+from accounting.model import NVIDIA_RESOURCES, DeviceGrant, DeviceUsage, Pod, VendorResources
+from accounting.validate import BoundedViolations, quote
+from hami.accounting.v1 import scheduler_pb2, usage_pb2
+from services.common import convert as common
+
+MAX_CANDIDATE_NODES = 10_000
+"""Most candidate nodes one Filter takes (a large cluster's whole node list)."""
+MAX_NODE_NAME_CHARS = 253
+"""A Kubernetes node name is a DNS subdomain: at most 253 characters."""
+
+MESSAGE_NODES = 20
+"""Most failed nodes a Filter message names."""
+
+RESERVATION_CONFLICT = "ReservationConflict"
+"""Filter's reason when every attempt's placement was taken by another scheduler first."""
+NODE_UNREGISTERED = "node unregistered"
+"""failed_nodes reason of a candidate the recorder has no inventory for."""
+
+PodDevices = tuple[tuple[DeviceGrant, ...], ...]
+"""Grants per container position."""
+
+
+@dataclass(frozen=True, slots=True)
+class FilterInput:
+    """Filter's request, validated: the pod and its candidate nodes (duplicates dropped)."""
+
+    pod: Pod
+    node_names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """The recorder's answer to Reserve."""
+
+    reserved: bool
+    reason: str
+    message: str
+    stored: tuple[DeviceUsage, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FilterOutcome:
+    """What one Filter decided, ready to be written as a FilterResponse."""
+
+    fit: FitResult
+    """The last fit computed (the one reserved when the pod was scheduled)."""
+    reason: str
+    """Scheduled, NoGpuRequest, NoNodeFits or ReservationConflict."""
+    message: str
+    unregistered: tuple[str, ...] = ()
+    """Candidates the recorder does not know; reported as failed nodes."""
+    reservation: Reservation | None = None
+    """The successful reservation when the pod was scheduled."""
+    attempts: int = 0
+    """How many placements were computed (0 for a pod without a GPU request)."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+
+def filter_input(
+    request: scheduler_pb2.FilterRequest,
+    vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
+) -> FilterInput:
+    """Validates and converts Filter's request.
+
+    Raises:
+        InvalidInputError: every problem with the pod and the node names at once, e.g.
+            ``node_names: at least one candidate node is required`` together with
+            ``pod.uid: must not be empty``.
+    """
+    found = BoundedViolations()
+    pod: Pod | None = None
+    try:
+        pod = common.pod_from_source(request, vendors)
+    except InvalidInputError as error:
+        found.extend(error)
+    names = _node_names(found, request.node_names)
+    found.raise_if_any()
+    assert pod is not None
+    return FilterInput(pod, names)
+
+
+def _node_names(found: BoundedViolations, names: Sequence[str]) -> tuple[str, ...]:
+    if not names:
+        found.add("node_names", "at least one candidate node is required")
+        return ()
+    if len(names) > MAX_CANDIDATE_NODES:
+        found.add("node_names", f"at most {MAX_CANDIDATE_NODES} candidate nodes, got {len(names)}")
+        return ()
+    for index, name in enumerate(names):
+        if not name:
+            found.add(f"node_names[{index}]", "must not be empty")
+        elif len(name) > MAX_NODE_NAME_CHARS:
+            found.add(
+                f"node_names[{index}]",
+                f"at most {MAX_NODE_NAME_CHARS} characters, got {len(name)}: {quote(name)}",
+            )
+    # Duplicates add nothing; the first occurrence keeps its place.
+    return tuple(dict.fromkeys(names))
+
+
+def node_usage_request(node_names: Sequence[str]) -> usage_pb2.GetNodeUsageRequest:
+    return usage_pb2.GetNodeUsageRequest(node_names=list(node_names))
+
+
+def namespace_usage_request(namespace: str) -> usage_pb2.GetNamespaceUsageRequest:
+    return usage_pb2.GetNamespaceUsageRequest(namespace=namespace)
+
+
+def pod_usage_request(pod_uid: str) -> usage_pb2.GetPodUsageRequest:
+    return usage_pb2.GetPodUsageRequest(pod_uid=pod_uid)
+
+
+def forget_pod_request(pod_uid: str) -> usage_pb2.ForgetPodRequest:
+    return usage_pb2.ForgetPodRequest(pod_uid=pod_uid)
+
+
+def reserve_request(pod: Pod, node_name: str, grants: PodDevices) -> usage_pb2.ReserveRequest:
+    """Reserve for the chosen node, with the fit's grants in container positions.
+
+    The pod travels typed, annotations included, so the recorder's span joins the pod's trace
+    through ``hami.io/traceparent``.
+    """
+    return usage_pb2.ReserveRequest(
+        pod=common.pod_to_pb(pod),
+        node_name=node_name,
+        container_grants=common.container_grants_to_pb(pod, grants),
+    )
+
+
+# -- recorder responses ------------------------------------------------------------------------
+
+
+def node_states_from_pb(
+    responses: Sequence[usage_pb2.GetNodeUsageResponse],
+) -> tuple[tuple[NodeState, ...], tuple[str, ...]]:
+    """(registered nodes as the fit reads them, names the recorder does not know), in the order
+    the recorder answered (the order asked)."""
+    nodes = tuple(
+        NodeState(
+            node.node_name,
+            tuple(common.device_state_from_pb(device) for device in node.devices),
+        )
+        for response in responses
+        for node in response.nodes
+    )
+    unknown = tuple(name for response in responses for name in response.unknown_node_names)
+    return nodes, unknown
+
+
+def quota_context_from_pb(response: usage_pb2.GetNamespaceUsageResponse) -> QuotaContext:
+    """The namespace's quota items keyed by resource name (nvidia.com/gpumem, ...)."""
+    return QuotaContext({item.resource: common.quota_item_from_pb(item) for item in response.items})
+
+
+def reservation_from_pb(response: usage_pb2.ReserveResponse) -> Reservation:
+    return Reservation(
+        reserved=response.reserved,
+        reason=response.reason,
+        message=response.message,
+        stored=tuple(common.usage_from_pb(usage) for usage in response.stored),
+    )
+
+
+def pod_is_stored(response: usage_pb2.GetPodUsageResponse) -> bool:
+    return response.found
+
+
+# -- the Filter response -----------------------------------------------------------------------
+
+
+def hami_annotations(grants: PodDevices, node_name: str, unix_s: int) -> dict[str, str]:
+    """The annotations HAMi's Filter patches onto a placed pod, byte for byte.
+
+    ``hami.io/vgpu-devices-allocated`` and ``hami.io/vgpu-devices-to-allocate`` get the same
+    string (the device plugin later empties entries of the second as it hands devices out); a
+    GPU-less container still writes its ``;`` so every later position stays on its own GPU.
+    """
+    devices = hami_codec.encode_pod_devices(grants)
+    return {
+        hami_codec.DEVICES_ALLOCATED_ANNOTATION: devices,
+        hami_codec.DEVICES_TO_ALLOCATE_ANNOTATION: devices,
+        hami_codec.VGPU_NODE_ANNOTATION: node_name,
+        hami_codec.VGPU_TIME_ANNOTATION: str(unix_s),
+    }
+
+
+def failed_nodes(fit: FitResult, unregistered: Sequence[str]) -> dict[str, str]:
+    """The fit's failed nodes plus the unregistered candidates, sorted by node name."""
+    merged = dict(fit.failed_nodes)
+    for name in unregistered:
+        merged[name] = NODE_UNREGISTERED
+    return dict(sorted(merged.items()))
+
+
+def no_fit_message(candidates: int, failed: Mapping[str, str]) -> str:
+    """``0/<n> nodes fit: node1: 1/1 CardInsufficientMemory; node2: node unregistered``.
+
+    At most ``MESSAGE_NODES`` nodes are named (failed_nodes has them all), so a refusal over
+    thousands of candidates stays one readable sentence.
+    """
+    shown = [f"{name}: {reason}" for name, reason in list(failed.items())[:MESSAGE_NODES]]
+    if len(failed) > MESSAGE_NODES:
+        shown.append(f"and {len(failed) - MESSAGE_NODES} more")
+    details = "; ".join(shown)
+    return f"0/{candidates} nodes fit" + (f": {details}" if details else "")
+
+
+def filter_response(pod: Pod, outcome: FilterOutcome) -> scheduler_pb2.FilterResponse:
+    fit = outcome.fit
+    scheduled = outcome.reservation is not None and outcome.reservation.reserved
+    node_name = fit.node_name if scheduled and fit.node_name else ""
+    grants = fit.grants if scheduled else ((),) * len(pod.containers)
+    return scheduler_pb2.FilterResponse(
+        node_name=node_name,
+        annotations=dict(outcome.annotations),
+        failed_nodes=failed_nodes(fit, outcome.unregistered),
+        container_grants=common.container_grants_to_pb(pod, grants),
+        scores=[
+            scheduler_pb2.NodeScore(node_name=name, score=score)
+            for name, score in fit.scores.items()
+        ],
+        reason=outcome.reason,
+        message=outcome.message,
+        reserved=(
+            common.usages_to_pb(outcome.reservation.stored)
+            if scheduled and outcome.reservation is not None
+            else []
+        ),
+    )

@@ -1,0 +1,376 @@
+"""The Filter flow and its gRPC adapter, ``Scheduler.Filter``; no business rules.
+
+Layer: services/scheduler (adapter). ``RecorderClient`` is the scheduler's only way to the usage
+recorder (a deadline on every call; an unreachable recorder is ``DependencyUnavailableError``,
+UNAVAILABLE on the wire). ``PodPlacer`` runs one Filter: read, fit (``accounting.fit.fit_pod``
+does every comparison), reserve, retry on a lost race. ``SchedulerServicer`` validates and
+converts the request, calls the placer and converts the outcome; errors become status codes in
+``map_errors``.
+
+One Filter, step by step (HAMi's Filter, reference/hami-behaviour.md §5.2):
+
+1. A pod that asks for no GPU passes through: reason NoGpuRequest, an empty ``node_name``,
+   nothing read or reserved. The extender then keeps every candidate node (HAMi returns
+   ``NodeNames: args.NodeNames``).
+2. Filtering the same pod again first releases its earlier reservation (HAMi's
+   TakeAndDeletePod + RmUsage): otherwise the pod's own earlier charge would count against its
+   new placement and a pod that filled a card could never be re-filtered onto it. A pod that
+   no longer fits anywhere therefore holds nothing.
+3. Node usage of the candidates and the namespace's quota are read from the recorder (one
+   snapshot, in parallel); candidates the recorder does not know become failed nodes
+   ("node unregistered"), not errors.
+4. ``fit_pod`` chooses the node and the GPUs (policies from the config; the pod's
+   ``hami.io/node-scheduler-policy`` and ``hami.io/gpu-scheduler-policy`` win).
+5. The placement counts only once the recorder's ``Reserve`` stored it: Reserve re-checks
+   capacity and quota atomically, so two scheduler replicas never hand out the same capacity.
+   When it refuses (another replica was faster), the snapshot is read again and the pod fitted
+   again, up to ``reserve_attempts`` times; then the answer is ReservationConflict.
+
+The whole flow is the span ``scheduler.filter``, parented on the pod's ``hami.io/traceparent``;
+the recorder calls are its children through the traced client channel.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+from opentelemetry import trace
+
+from accounting.fit import (
+    BINPACK,
+    NO_GPU_REQUEST,
+    NO_NODE_FITS,
+    SCHEDULED,
+    SPREAD,
+    FitResult,
+    NodeState,
+    QuotaContext,
+    fit_pod,
+    pod_requests_devices,
+)
+from accounting.model import NVIDIA_RESOURCES, Pod, VendorResources
+from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc, usage_pb2, usage_pb2_grpc
+from services.common import telemetry
+from services.common.errors import DependencyUnavailableError, map_errors
+from services.common.metrics import record_decision
+from services.scheduler import convert
+from services.scheduler.config import DEFAULT_RESERVE_ATTEMPTS, DEFAULT_USAGE_TIMEOUT_MS
+from services.scheduler.convert import (
+    RESERVATION_CONFLICT,
+    FilterOutcome,
+    PodDevices,
+    Reservation,
+)
+
+_LOG = logging.getLogger(__name__)
+
+SERVICE_NAME = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name
+"""hami.accounting.v1.Scheduler"""
+METRICS_SERVICE = "scheduler"
+"""The ``service`` label of this daemon's metrics."""
+SPAN_NAME = "scheduler.filter"
+
+DEFAULT_USAGE_TIMEOUT_S = DEFAULT_USAGE_TIMEOUT_MS / 1000
+"""Deadline of every call to the recorder."""
+NODE_BATCH = 500
+"""Candidate nodes per GetNodeUsage call: 10,000 nodes' device lists in one answer would pass
+the 4 MiB message limit, so large candidate lists are read in parallel batches."""
+_MIN_TIMEOUT_S = 0.001
+
+_DECISIONS = {
+    SCHEDULED: "schedule",
+    NO_GPU_REQUEST: "pass-through",
+    NO_NODE_FITS: "no-fit",
+    RESERVATION_CONFLICT: "conflict",
+}
+
+T = TypeVar("T")
+CallTimeout = Callable[[], float]
+"""The deadline, in seconds, to give the next recorder call."""
+
+
+# -- the recorder ------------------------------------------------------------------------------
+
+
+class RecorderClient:
+    """The usage recorder as the scheduler uses it; every call carries a deadline.
+
+    Raises (every method):
+        DependencyUnavailableError: the recorder is unreachable or did not answer in time,
+            naming its address.
+        grpc.RpcError: any other refusal (e.g. INVALID_ARGUMENT, or FAILED_PRECONDITION from a
+            standby replica); ``map_errors`` passes those codes through.
+    """
+
+    def __init__(self, channel: grpc.Channel, target: str, *, node_batch: int = NODE_BATCH) -> None:
+        self._channel = channel
+        self._stub = usage_pb2_grpc.UsageRecorderStub(channel)
+        self.target = target
+        """The recorder's address, named in every error."""
+        self._node_batch = node_batch
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _result(self, future: grpc.Future[T]) -> T:
+        try:
+            return future.result()
+        except grpc.RpcError as error:
+            raise self._mapped(error) from None
+
+    def _call(self, method: Any, request: Any, timeout_s: float) -> Any:
+        try:
+            return method(request, timeout=timeout_s)
+        except grpc.RpcError as error:
+            raise self._mapped(error) from None
+
+    def _mapped(self, error: grpc.RpcError) -> Exception:
+        code = error.code() if callable(getattr(error, "code", None)) else None
+        if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return error
+        details = error.details() if callable(getattr(error, "details", None)) else None
+        code_name = code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
+        return DependencyUnavailableError(
+            f"usage recorder unavailable at {self.target} ({code_name}): "
+            f"{details or 'no details'}; the pod cannot be placed"
+        )
+
+    def snapshot(
+        self, node_names: Sequence[str], namespace: str, timeout_s: float
+    ) -> tuple[tuple[NodeState, ...], tuple[str, ...], QuotaContext]:
+        """The candidates' device usage, the unregistered candidates, and the namespace quota,
+        read in parallel."""
+        quota_future = self._stub.GetNamespaceUsage.future(
+            convert.namespace_usage_request(namespace), timeout=timeout_s
+        )
+        node_futures = [
+            self._stub.GetNodeUsage.future(
+                convert.node_usage_request(node_names[start : start + self._node_batch]),
+                timeout=timeout_s,
+            )
+            for start in range(0, len(node_names), self._node_batch)
+        ]
+        try:
+            responses: list[usage_pb2.GetNodeUsageResponse] = [
+                self._result(future) for future in node_futures
+            ]
+            quota = convert.quota_context_from_pb(self._result(quota_future))
+        finally:
+            # After a failure the other reads are moot; cancelling a finished call is a no-op.
+            pending: list[grpc.Future[Any]] = [quota_future, *node_futures]
+            for call in pending:
+                call.cancel()
+        nodes, unknown = convert.node_states_from_pb(responses)
+        return nodes, unknown, quota
+
+    def pod_is_stored(self, pod_uid: str, timeout_s: float) -> bool:
+        response = self._call(
+            self._stub.GetPodUsage, convert.pod_usage_request(pod_uid), timeout_s
+        )
+        return convert.pod_is_stored(response)
+
+    def forget(self, pod_uid: str, timeout_s: float) -> None:
+        self._call(self._stub.ForgetPod, convert.forget_pod_request(pod_uid), timeout_s)
+
+    def reserve(
+        self, pod: Pod, node_name: str, grants: PodDevices, timeout_s: float
+    ) -> Reservation:
+        response = self._call(
+            self._stub.Reserve, convert.reserve_request(pod, node_name, grants), timeout_s
+        )
+        return convert.reservation_from_pb(response)
+
+
+# -- one Filter --------------------------------------------------------------------------------
+
+
+class PodPlacer:
+    """Places pods: snapshot from the recorder, fit, reserve (see the module docstring)."""
+
+    def __init__(
+        self,
+        recorder: RecorderClient,
+        *,
+        vendor: VendorResources = NVIDIA_RESOURCES,
+        node_policy: str = BINPACK,
+        gpu_policy: str = SPREAD,
+        reserve_attempts: int = DEFAULT_RESERVE_ATTEMPTS,
+        usage_timeout_s: float = DEFAULT_USAGE_TIMEOUT_S,
+        tracer: trace.Tracer | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if reserve_attempts < 1:
+            raise ValueError(f"reserve_attempts must be >= 1, got {reserve_attempts}")
+        self._recorder = recorder
+        self.vendor = vendor
+        self._node_policy = node_policy
+        self._gpu_policy = gpu_policy
+        self._attempts = reserve_attempts
+        self.usage_timeout_s = usage_timeout_s
+        self._tracer = tracer or trace.NoOpTracer()
+        self._clock = clock
+
+    @property
+    def vendors(self) -> tuple[VendorResources, ...]:
+        """The vendors whose resources pods are read for."""
+        return (self.vendor,)
+
+    def place(
+        self, pod: Pod, node_names: Sequence[str], call_timeout: CallTimeout | None = None
+    ) -> FilterOutcome:
+        """Chooses a node for ``pod`` among ``node_names`` and reserves it in the recorder.
+
+        Args:
+            pod: the pod, containers in declaration order.
+            node_names: the candidates, without duplicates.
+            call_timeout: the deadline of the next recorder call; the configured one when None.
+
+        Raises:
+            DependencyUnavailableError: the recorder cannot be reached.
+        """
+        timeout = call_timeout or (lambda: self.usage_timeout_s)
+        attributes = {"node_count": len(node_names)}
+        with telemetry.pod_span(self._tracer, SPAN_NAME, pod, attributes=attributes) as span:
+            outcome = self._place(pod, node_names, timeout, span)
+            telemetry.set_attributes(
+                span,
+                {
+                    "node": outcome.fit.node_name if outcome.reason == SCHEDULED else "",
+                    "reason": outcome.reason,
+                    "attempts": outcome.attempts,
+                },
+            )
+            # Logged inside the span, so the line carries the pod's trace id.
+            _LOG.log(
+                logging.DEBUG if outcome.reason == NO_GPU_REQUEST else logging.INFO,
+                "filter %s for pod %s: %s",
+                outcome.reason,
+                pod.key,
+                outcome.message,
+                extra={"pod_uid": pod.uid, "reason": outcome.reason,
+                       "attempts": outcome.attempts},
+            )
+        record_decision(METRICS_SERVICE, _DECISIONS[outcome.reason], outcome.reason)
+        return outcome
+
+    def _fit(self, pod: Pod, nodes: Sequence[NodeState], quota: QuotaContext | None) -> FitResult:
+        return fit_pod(
+            pod,
+            nodes,
+            vendor=self.vendor,
+            node_policy=self._node_policy,
+            gpu_policy=self._gpu_policy,
+            quota=quota,
+        )
+
+    def _place(
+        self, pod: Pod, node_names: Sequence[str], timeout: CallTimeout, span: trace.Span
+    ) -> FilterOutcome:
+        if not pod_requests_devices(pod, self.vendor):
+            pass_through = self._fit(pod, (), None)
+            return FilterOutcome(
+                pass_through,
+                NO_GPU_REQUEST,
+                f"{pass_through.message}; the extender keeps every candidate node",
+            )
+        if self._recorder.pod_is_stored(pod.uid, timeout()):
+            # A re-filter: HAMi releases the earlier placement before fitting again.
+            self._recorder.forget(pod.uid, timeout())
+            span.add_event("released earlier reservation")
+            _LOG.info(
+                "re-filter of pod %s: released its earlier reservation", pod.key,
+                extra={"pod_uid": pod.uid},
+            )
+
+        refused: Reservation | None = None
+        fit: FitResult | None = None
+        unknown: tuple[str, ...] = ()
+        for attempt in range(1, self._attempts + 1):
+            nodes, unknown, quota = self._recorder.snapshot(node_names, pod.namespace, timeout())
+            fit = self._fit(pod, nodes, quota)
+            if fit.node_name is None:
+                failed = convert.failed_nodes(fit, unknown)
+                return FilterOutcome(
+                    fit,
+                    NO_NODE_FITS,
+                    convert.no_fit_message(len(node_names), failed),
+                    unknown,
+                    attempts=attempt,
+                )
+            reservation = self._recorder.reserve(pod, fit.node_name, fit.grants, timeout())
+            if reservation.reserved:
+                message = fit.message
+                if unknown:
+                    message += f"; {len(unknown)} candidate(s) unregistered"
+                return FilterOutcome(
+                    fit,
+                    SCHEDULED,
+                    message,
+                    unknown,
+                    reservation,
+                    attempt,
+                    convert.hami_annotations(fit.grants, fit.node_name, int(self._clock())),
+                )
+            refused = reservation
+            span.add_event(
+                "reservation refused",
+                {
+                    "hami.accounting.node": fit.node_name,
+                    "hami.accounting.reason": reservation.reason,
+                    "hami.accounting.attempt": attempt,
+                },
+            )
+            _LOG.info(
+                "reservation of pod %s on %s refused (%s), attempt %d of %d: %s",
+                pod.key, fit.node_name, reservation.reason, attempt, self._attempts,
+                reservation.message,
+                extra={"pod_uid": pod.uid, "node": fit.node_name},
+            )
+        assert fit is not None and refused is not None
+        return FilterOutcome(
+            fit,
+            RESERVATION_CONFLICT,
+            f"another scheduler took the capacity first {self._attempts} time(s) in a row; "
+            f"last refusal on {fit.node_name}: {refused.reason}: {refused.message}",
+            unknown,
+            refused,
+            self._attempts,
+        )
+
+
+# -- gRPC --------------------------------------------------------------------------------------
+
+
+def _call_timeout(context: grpc.ServicerContext, limit_s: float) -> CallTimeout:
+    """The configured deadline, shortened to what is left of the caller's own."""
+
+    def timeout() -> float:
+        remaining = context.time_remaining()
+        if remaining is None:
+            return limit_s
+        return max(min(limit_s, remaining), _MIN_TIMEOUT_S)
+
+    return timeout
+
+
+class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
+    """``Scheduler.Filter`` over a ``PodPlacer``."""
+
+    def __init__(self, placer: PodPlacer) -> None:
+        self._placer = placer
+
+    @map_errors
+    def Filter(
+        self, request: scheduler_pb2.FilterRequest, context: grpc.ServicerContext
+    ) -> scheduler_pb2.FilterResponse:
+        given = convert.filter_input(request, self._placer.vendors)
+        outcome = self._placer.place(
+            given.pod,
+            given.node_names,
+            _call_timeout(context, self._placer.usage_timeout_s),
+        )
+        return convert.filter_response(given.pod, outcome)

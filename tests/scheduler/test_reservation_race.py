@@ -1,0 +1,178 @@
+"""Two schedulers racing for the same capacity: only the recorder's Reserve decides.
+
+The first test fires two real scheduler servers (one recorder) at the last 12 GiB of a card
+from two threads, several rounds. The others make the race deterministic: a recorder client
+whose snapshot is taken before a rival's reservation lands, so the scheduler's Reserve is
+refused and it must read again (then NoNodeFits), or keeps being refused (then, after the
+configured attempts, ReservationConflict). Either way exactly one pod is charged.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import grpc
+import pytest
+
+from accounting.fit import NodeState, QuotaContext
+from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc, usage_pb2
+from services.common.server import ServerHandle, build_server
+from services.scheduler.servicer import (
+    SERVICE_NAME,
+    PodPlacer,
+    RecorderClient,
+    SchedulerServicer,
+)
+from tests.scheduler.conftest import NS, RPC_TIMEOUT_S, Recorder, StartScheduler, bound_pod
+from tests.support.pods import allocation, app_container, gpu_device, kube_pod, to_json
+
+Json = dict[str, Any]
+CARD_MIB = 24576
+HALF_MIB = 12288
+ROUNDS = 5
+
+
+def half_card_pod(name: str) -> Json:
+    return kube_pod(name, namespace=NS, apps=[app_container("main", gpumem=HALF_MIB)])
+
+
+def half_full_card(recorder: Recorder) -> None:
+    """node1 with one 24576-MiB card, 12288 MiB of it already charged."""
+    recorder.register_node("node1", [gpu_device("GPU-0", memory_mib=CARD_MIB)])
+    recorder.record(bound_pod("resident", "node1", allocation([("GPU-0", HALF_MIB, 0)]),
+                              apps=[app_container("main", gpumem=HALF_MIB)]))
+
+
+def test_two_schedulers_racing_for_the_last_12gi_reserve_it_once(
+    recorder: Recorder, start_scheduler: StartScheduler
+) -> None:
+    half_full_card(recorder)
+    schedulers = [start_scheduler(), start_scheduler()]
+
+    for round_number in range(ROUNDS):
+        pods = [half_card_pod(f"p{round_number}-{i}") for i in range(2)]
+        responses: list[scheduler_pb2.FilterResponse | None] = [None, None]
+        barrier = threading.Barrier(2)
+
+        def run(index: int, pods: Sequence[Json] = pods,
+                responses: list[scheduler_pb2.FilterResponse | None] = responses,
+                barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            responses[index] = schedulers[index].filter(pods[index], ["node1"])
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+
+        assert all(r is not None for r in responses)
+        reasons = sorted(r.reason for r in responses if r is not None)
+        assert reasons.count("Scheduled") == 1, reasons
+        assert set(reasons) - {"Scheduled"} <= {"NoNodeFits", "ReservationConflict"}, reasons
+        # The card holds exactly the resident plus one of the two pods.
+        assert recorder.node_memory("node1") == CARD_MIB
+        stored = [recorder.stored(p["metadata"]["uid"]).found for p in pods]
+        assert stored.count(True) == 1
+        winner = pods[stored.index(True)]
+        won = next(r for r in responses if r is not None and r.reason == "Scheduled")
+        assert won.annotations["hami.io/vgpu-devices-allocated"] == "GPU-0,NVIDIA,12288,0:;"
+        # Free the card for the next round.
+        recorder.stub.ForgetPod(
+            usage_pb2.ForgetPodRequest(pod_uid=winner["metadata"]["uid"]), timeout=RPC_TIMEOUT_S
+        )
+
+
+# -- a deterministic lost race -----------------------------------------------------------------
+
+
+class StaleRecorder(RecorderClient):
+    """Takes its first snapshot, then lets the rival reserve, then answers with that (stale)
+    snapshot; with ``always_stale`` every later snapshot is the same stale one."""
+
+    def __init__(self, target: str, rival: Callable[[], None], *, always_stale: bool) -> None:
+        super().__init__(grpc.insecure_channel(target), target)
+        self._rival = rival
+        self._always_stale = always_stale
+        self._stale: tuple[tuple[NodeState, ...], tuple[str, ...], QuotaContext] | None = None
+        self.snapshots = 0
+
+    def snapshot(
+        self, node_names: Sequence[str], namespace: str, timeout_s: float
+    ) -> tuple[tuple[NodeState, ...], tuple[str, ...], QuotaContext]:
+        self.snapshots += 1
+        if self._stale is None:
+            self._stale = super().snapshot(node_names, namespace, timeout_s)
+            self._rival()
+            return self._stale
+        if self._always_stale:
+            return self._stale
+        return super().snapshot(node_names, namespace, timeout_s)
+
+
+@pytest.fixture
+def serve_placer() -> Iterator[Callable[[PodPlacer], scheduler_pb2_grpc.SchedulerStub]]:
+    handles: list[tuple[ServerHandle, grpc.Channel]] = []
+
+    def serve(placer: PodPlacer) -> scheduler_pb2_grpc.SchedulerStub:
+        servicer = SchedulerServicer(placer)
+        handle = build_server(
+            service_names=[SERVICE_NAME],
+            register=lambda server: scheduler_pb2_grpc.add_SchedulerServicer_to_server(
+                servicer, server
+            ),
+            listen_addr="127.0.0.1:0",
+        )
+        channel = grpc.insecure_channel(handle.target)
+        handles.append((handle, channel))
+        return scheduler_pb2_grpc.SchedulerStub(channel)
+
+    yield serve
+    for handle, channel in handles:
+        channel.close()
+        handle.stop(0)
+
+
+@pytest.mark.parametrize(
+    "always_stale, want_reason, want_snapshots",
+    [(False, "NoNodeFits", 2), (True, "ReservationConflict", 3)],
+    ids=["fresh read after the refusal finds no room", "every attempt refused"],
+)
+def test_lost_reservation_is_retried_on_fresh_usage(
+    recorder: Recorder,
+    start_scheduler: StartScheduler,
+    serve_placer: Callable[[PodPlacer], scheduler_pb2_grpc.SchedulerStub],
+    always_stale: bool,
+    want_reason: str,
+    want_snapshots: int,
+) -> None:
+    half_full_card(recorder)
+    rival_scheduler = start_scheduler()
+    rival = half_card_pod("rival")
+
+    def rival_reserves() -> None:
+        assert rival_scheduler.filter(rival, ["node1"]).reason == "Scheduled"
+
+    client = StaleRecorder(recorder.target, rival_reserves, always_stale=always_stale)
+    stub = serve_placer(PodPlacer(client, reserve_attempts=3))
+    pod = half_card_pod("loser")
+
+    response = stub.Filter(
+        scheduler_pb2.FilterRequest(kubernetes_pod_json=to_json(pod), node_names=["node1"]),
+        timeout=RPC_TIMEOUT_S,
+    )
+    client.close()
+
+    assert response.reason == want_reason, response.message
+    assert client.snapshots == want_snapshots
+    assert response.node_name == "" and not response.annotations and not response.reserved
+    if want_reason == "NoNodeFits":
+        assert dict(response.failed_nodes) == {"node1": "1/1 CardInsufficientMemory"}
+    else:
+        assert "CardInsufficientMemory" in response.message
+        assert "3 time(s)" in response.message
+    assert recorder.node_memory("node1") == CARD_MIB
+    assert recorder.stored(rival["metadata"]["uid"]).found
+    assert not recorder.stored(pod["metadata"]["uid"]).found
