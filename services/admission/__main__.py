@@ -31,7 +31,7 @@ from services.admission.usage_source import (
 )
 from services.admission.webhook import WebhookServer, WebhookStartError
 from services.common import telemetry
-from services.common.config import ConfigError, env_name
+from services.common.config import ConfigError, env_name, environment_with_flags
 from services.common.logging import configure_logging
 from services.common.metrics import MetricsError, start_metrics_server
 from services.common.server import (
@@ -201,11 +201,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the daemon until SIGTERM/SIGINT; returns the process exit code."""
     args = _parser().parse_args(argv)
-    env = dict(os.environ)
-    for flag_name, key in _FLAG_ENV.items():
-        value = getattr(args, flag_name)
-        if value is not None:
-            env[env_name(key)] = value
+    env = environment_with_flags(args, _FLAG_ENV, os.environ)
     try:
         config = AdmissionConfig.from_env(env)
     except ConfigError as error:

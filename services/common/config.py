@@ -18,6 +18,7 @@ composes with the common one like this::
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -340,3 +341,19 @@ class CommonConfig:
         """from_env with the default ports of ``service`` (admission, scheduler or usage)."""
         ports = DEFAULT_PORTS[service]
         return cls.from_env(env, ports.grpc, ports.metrics, problems=problems)
+
+
+def environment_with_flags(
+    args: argparse.Namespace, flag_env: Mapping[str, str], environ: Mapping[str, str]
+) -> dict[str, str]:
+    """The environment with every command-line flag that was given written over its variable.
+
+    Flags map one to one to HAMI_ACCOUNTING_* variables (``flag_env``: argparse dest -> key
+    after the prefix), so a daemon reads its configuration from one place: the environment.
+    """
+    env = dict(environ)
+    for dest, key in flag_env.items():
+        value = getattr(args, dest)
+        if value is not None:
+            env[env_name(key)] = value
+    return env

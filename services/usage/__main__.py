@@ -27,7 +27,7 @@ from accounting.ledger import Ledger
 from accounting.model import VendorResources
 from hami.accounting.v1 import usage_pb2_grpc
 from services.common import telemetry
-from services.common.config import ConfigError, env_name
+from services.common.config import ConfigError, env_name, environment_with_flags
 from services.common.logging import configure_logging
 from services.common.metrics import MetricsError, start_metrics_server
 from services.common.server import ServerHandle, ServerStartError, build_server, run_until_signalled
@@ -351,11 +351,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the recorder until SIGTERM/SIGINT; returns the process exit code."""
     args = _parser().parse_args(argv)
-    env = dict(os.environ)
-    for flag, key in _FLAG_ENV.items():
-        value = getattr(args, flag)
-        if value is not None:
-            env[env_name(key)] = value
+    env = environment_with_flags(args, _FLAG_ENV, os.environ)
     try:
         config = UsageConfig.from_env(env)
     except ConfigError as error:
