@@ -37,7 +37,8 @@ lint: $(STAMP)
 	$(PY) scripts/check_pure_accounting.py
 
 bench: $(STAMP)
-	$(PY) -m bench
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'
+	$(PY) -m bench $(BENCH_ARGS)
 
 soak: $(STAMP)
 	HAMI_ACCOUNTING_SOAK=1 $(PY) scripts/run_tests.py -m slow

@@ -259,8 +259,20 @@ def decide(pod: Pod, previous: StoredPod | None) -> LifecycleDecision:
             stored(progress, released=False),
             "init containers are running again (re-created sandbox): init-inclusive usage restored",
         )
+    if restarts < previous.init_restarts:
+        # Restart counts never go down: this status is older than one already seen (from before
+        # a re-run), however many init containers it shows finished.
+        return LifecycleDecision(
+            Decision.UNCHANGED, previous, "older status (lower init restart counts): ignored"
+        )
     if previous.init_released:
-        return LifecycleDecision(Decision.UNCHANGED, previous, "init share already released")
+        # Remember higher restart counts (a re-run finished unseen), so an older status from
+        # during that re-run is not mistaken for a new one.
+        return LifecycleDecision(
+            Decision.UNCHANGED,
+            replace(previous, init_restarts=max(restarts, previous.init_restarts)),
+            "init share already released",
+        )
     if gate_open:
         return LifecycleDecision(
             Decision.SHRUNK,
