@@ -1,0 +1,396 @@
+"""The benchmark run: every figure beside its baseline, in rounds, then the goals.
+
+Layer: benchmark. Order of a run:
+
+1. fit vs naive fit, in process (no daemon running yet);
+2. recorder scale: 100,000 pods recorded through the store, then recovered by fresh recorders;
+3. the daemons: a stack with tracing off, one with tracing on (every span exported to an
+   in-process OTLP receiver), and a recorder + admission pair whose admission reads usage from
+   the WatchUsage cache. For 100, 1,000 and 5,000 candidate nodes, rounds of every figure run
+   one after the other (sequential, then 8 callers), so noise hits a figure and its baseline
+   alike; each figure reports the median over rounds of p50, p99 and calls/s;
+4. the burst, on the tracing-off stack;
+5. the goals, as ratios measured in this run; each missed goal is profiled (py-spy, or
+   tracemalloc for memory) while its figure runs again.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import burst, fitbench, load, profiling, recorder_scale, rpc, workload
+from bench.go_client import GoCaller, GoUnavailable
+from bench.noop_server import METHOD as NOOP_METHOD
+from bench.otlp_sink import OtlpSink
+from bench.stats import combine_rounds, ratio
+
+CALLERS = 8
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much of everything to run; ``FULL`` for make bench, ``QUICK`` for the smoke test."""
+
+    node_counts: tuple[int, ...]
+    rounds_small: int
+    """Rounds at the smallest node count (where the goal ratios are read)."""
+    rounds_large: int
+    sequential: load.Budget
+    concurrent: load.Budget
+    fit_nodes: int
+    fit_rounds: int
+    fit_repeat: int
+    naive_nodes: int
+    scale_pods: int
+    recoveries: int
+    go: bool
+    profile_seconds: float
+
+
+FULL = Plan(
+    node_counts=(100, 1000, 5000), rounds_small=5, rounds_large=3,
+    sequential=load.Budget(0.6, 8, 3000, 30), concurrent=load.Budget(0.6, 16, 3000, 10),
+    fit_nodes=5000, fit_rounds=5, fit_repeat=3, naive_nodes=1000,
+    scale_pods=100_000, recoveries=3, go=True, profile_seconds=5.0,
+)
+QUICK = Plan(
+    node_counts=(10,), rounds_small=1, rounds_large=1,
+    sequential=load.Budget(0.05, 3, 40, 2, 0.05), concurrent=load.Budget(0.05, 8, 40, 1, 0.05),
+    fit_nodes=200, fit_rounds=1, fit_repeat=1, naive_nodes=50,
+    scale_pods=400, recoveries=1, go=False, profile_seconds=0.0,
+)
+
+# (key, limit, unit, text) of every goal; the value is computed in ``_goals``.
+GOALS = (
+    ("check_quota_vs_noop", 1.3, "×", "CheckQuota p50 ≤ 1.3 × no-op RPC p50"),
+    ("record_pod_vs_noop", 1.5, "×", "RecordPod (journal on) p50 ≤ 1.5 × no-op RPC p50"),
+    ("filter_compute_us_per_node", 10.0, "µs", "Filter compute ≤ 10 µs per node at 5,000 nodes"),
+    ("fit_speedup_vs_naive", 5.0, "×", "fit ≥ 5 × faster than the naive fit"),
+    ("tracing_overhead_check_quota", 0.15, "", "tracing adds ≤ 15 % to CheckQuota p50"),
+    ("recovery_s", 3.0, "s", "recovery of 100,000 pods ≤ 3 s"),
+    ("bytes_per_pod", 1024.0, "B", "≤ 1 KiB resident memory per tracked pod"),
+)
+_AT_LEAST = {"fit_speedup_vs_naive"}
+
+
+def _log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _loadavg() -> list[float]:
+    try:
+        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    except OSError:
+        return []
+
+
+class Figures:
+    """Round results per (node count, figure, mode), combined at the end."""
+
+    def __init__(self) -> None:
+        self.rounds: dict[tuple[int, str, str], list[dict[str, float]]] = {}
+        self.outcomes: dict[tuple[int, str], Counter[str]] = {}
+
+    def add(self, nodes: int, figure: str, mode: str, summary: dict[str, float]) -> None:
+        self.rounds.setdefault((nodes, figure, mode), []).append(summary)
+
+    def combined(self) -> dict[str, dict[str, dict[str, Any]]]:
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for (nodes, figure, mode), rounds in self.rounds.items():
+            entry = combine_rounds(rounds)
+            entry["errors"] = sum(int(r.get("errors", 0)) for r in rounds)
+            out.setdefault(str(nodes), {}).setdefault(figure, {})[mode] = entry
+        for (nodes, figure), counts in self.outcomes.items():
+            out[str(nodes)][figure]["outcomes"] = dict(counts)
+        return out
+
+
+Measure = Callable[[int], dict[str, float]]
+"""Runs one figure with this many callers and returns its summary."""
+
+
+class DaemonBench:
+    def __init__(self, plan: Plan, work_dir: Path) -> None:
+        self.plan = plan
+        self.work_dir = work_dir
+        self.sink = OtlpSink()
+        _log("starting daemons: tracing off, tracing on, and an admission with the watch cache")
+        self.off = rpc.Stack("off", work_dir)
+        self.on = rpc.Stack("on", work_dir, self.sink.endpoint)
+        self.watch = rpc.Stack("watch", work_dir, admission_env={
+            "HAMI_ACCOUNTING_USAGE_CACHE": "watch"}, scheduler=False, noop=False)
+        self.off.prepare_record_nodes()
+        self.figures = Figures()
+        self.go: GoCaller | None = None
+        self.go_note = "not run (quick mode)"
+        if plan.go:
+            try:
+                self.go = GoCaller(work_dir)
+                self.go_note = "built"
+            except GoUnavailable as missing:
+                self.go_note = f"skipped: {missing}"
+                _log(f"Go caller {self.go_note}")
+
+    def stop(self) -> None:
+        for stack in (self.watch, self.on, self.off):
+            stack.stop()
+        self.sink.stop()
+
+    # -- one figure --------------------------------------------------------------------------
+
+    def _python(self, target: str, factory: load.ClientFactory) -> Measure:
+        def measure(callers: int) -> dict[str, float]:
+            budget = self.plan.sequential if callers == 1 else self.plan.concurrent
+            return load.run(target, factory, budget, callers=callers)
+        return measure
+
+    def _with_cleanup(self, stack: rpc.Stack, nodes: int, figure: str,
+                      make: Callable[[rpc.Tally], load.ClientFactory], target: str) -> Measure:
+        """A figure that creates pods: they are forgotten after each run, untimed."""
+        def measure(callers: int) -> dict[str, float]:
+            tally = rpc.Tally()
+            budget = self.plan.sequential if callers == 1 else self.plan.concurrent
+            try:
+                return load.run(target, make(tally), budget, callers=callers)
+            finally:
+                stack.forget(tally.uids)
+                self.figures.outcomes.setdefault((nodes, figure), Counter()).update(
+                    tally.reasons)
+        return measure
+
+    def _go(self, target: str, method: str, payload: bytes) -> Measure:
+        assert self.go is not None
+        go = self.go
+
+        def measure(callers: int) -> dict[str, float]:
+            budget = self.plan.sequential if callers == 1 else self.plan.concurrent
+            return go.run(target, method, payload, budget, callers)
+        return measure
+
+    def _figures(self, nodes: int, first: bool) -> dict[str, Measure]:
+        off, on = self.off, self.on
+        names = [workload.node_name(i) for i in range(nodes)]
+        assert off.noop and off.scheduler
+        figures: dict[str, Measure] = {
+            "noop": self._python(off.noop.address, rpc.noop_caller()),
+            "check_quota": self._python(off.admission.address, rpc.check_quota_caller()),
+            "record_pod": self._with_cleanup(
+                off, nodes, "record_pod", lambda t: rpc.record_pod_caller(off, t),
+                off.usage.address),
+            "get_node_usage": self._python(off.usage.address, rpc.node_usage_caller(names)),
+            "filter": self._with_cleanup(
+                off, nodes, "filter", lambda t: rpc.filter_caller(names, t),
+                off.scheduler.address),
+        }
+        if first:
+            assert on.noop and on.scheduler
+            figures.update({
+                "check_quota_watch": self._python(self.watch.admission.address,
+                                                  rpc.check_quota_caller()),
+                "noop_traced": self._python(on.noop.address, rpc.noop_caller()),
+                "check_quota_traced": self._python(on.admission.address,
+                                                   rpc.check_quota_caller()),
+                "filter_traced": self._with_cleanup(
+                    on, nodes, "filter_traced", lambda t: rpc.filter_caller(names, t),
+                    on.scheduler.address),
+            })
+            if self.go is not None:
+                figures["go_noop"] = self._go(off.noop.address, NOOP_METHOD, b"")
+                figures["go_check_quota"] = self._go(
+                    off.admission.address, rpc.CHECK_QUOTA_METHOD,
+                    rpc.check_quota_request().SerializeToString())
+        return figures
+
+    def run(self) -> dict[str, Any]:
+        plan = self.plan
+        for position, nodes in enumerate(plan.node_counts):
+            first = position == 0
+            self.off.grow(nodes)
+            if first:
+                self.on.grow(nodes)
+            figures = self._figures(nodes, first)
+            rounds = plan.rounds_small if first else plan.rounds_large
+            for round_index in range(rounds):
+                _log(f"{nodes} nodes: round {round_index + 1}/{rounds}")
+                for figure, measure in figures.items():
+                    for mode, callers in (("seq", 1), ("c8", CALLERS)):
+                        self.figures.add(nodes, figure, mode, measure(callers))
+        time.sleep(0 if plan is QUICK else 6)  # one BatchSpanProcessor delay: spans reach us
+        return {
+            "node_counts": list(plan.node_counts),
+            "callers": CALLERS,
+            "figures": self.figures.combined(),
+            "spans_exported": self.sink.snapshot(),
+            "go_client": self.go_note,
+        }
+
+    # -- profiles of a missed goal ------------------------------------------------------------
+
+    def profile_daemons(self, children: list[Any], measure: Measure, label: str, *,
+                        focus: str = profiling.HANDLER, gil: bool = False) -> dict[str, Any]:
+        """py-spy on each of ``children`` while ``measure`` runs sequentially for a while."""
+        seconds = self.plan.profile_seconds
+        started = []
+        for child in children:
+            out = self.work_dir / f"profile-{label}-{child.name}.raw"
+            started.append((child, out, profiling.record_pid(child.pid, seconds, out, gil=gil)))
+        deadline = time.monotonic() + seconds + 0.5
+        while time.monotonic() < deadline:
+            measure(1)
+        return {child.name: profiling.finish(recording, out, None if gil else focus)
+                for child, out, recording in started}
+
+
+def _goal_values(rpc_results: dict[str, Any] | None, fit: dict[str, Any],
+                 scale: dict[str, Any]) -> dict[str, tuple[float, str]]:
+    values: dict[str, tuple[float, str]] = {}
+    if rpc_results is not None:
+        small = rpc_results["figures"][str(rpc_results["node_counts"][0])]
+
+        def p50(figure: str) -> float:
+            return float(small[figure]["seq"]["p50_us"])
+
+        noop = p50("noop")
+        values["check_quota_vs_noop"] = (
+            ratio(p50("check_quota"), noop),
+            f"{p50('check_quota'):.0f} µs vs no-op {noop:.0f} µs (usage cache off, the default)")
+        values["record_pod_vs_noop"] = (
+            ratio(p50("record_pod"), noop), f"{p50('record_pod'):.0f} µs vs {noop:.0f} µs")
+        traced = p50("check_quota_traced")
+        values["tracing_overhead_check_quota"] = (
+            round(traced / p50("check_quota") - 1, 3),
+            f"{traced:.0f} µs traced vs {p50('check_quota'):.0f} µs")
+    values["filter_compute_us_per_node"] = (
+        fit["us_per_node"]["fit_pod"], f"fit_pod over {fit['nodes']} NodeStates, CPU time")
+    values["fit_speedup_vs_naive"] = (
+        fit["speedup_vs_naive"],
+        f"{fit['us_per_node']['fit_pod']} vs {fit['us_per_node']['naive_fit_node']} µs/node")
+    values["recovery_s"] = (
+        scale["recovery_s"],
+        f"{scale['pods']} pods, as logged by the recorder; CPU {scale['recovery_cpu_s']} s")
+    values["bytes_per_pod"] = (
+        scale["bytes_per_pod"],
+        f"RSS over a recorder with the same nodes; {scale['bytes_per_pod_vs_empty']} B over "
+        "an empty one")
+    return values
+
+
+def _goals(values: dict[str, tuple[float, str]]) -> list[dict[str, Any]]:
+    goals = []
+    for key, limit, unit, text in GOALS:
+        if key not in values:
+            continue
+        value, detail = values[key]
+        passed = value >= limit if key in _AT_LEAST else value <= limit
+        goals.append({"key": key, "goal": text, "value": value, "limit": limit, "unit": unit,
+                      "pass": passed, "detail": detail})
+    return goals
+
+
+def run(plan: Plan, *, keep_work_dir: bool = False) -> dict[str, Any]:
+    started = time.time()
+    load_before = _loadavg()
+    work_dir = Path(tempfile.mkdtemp(prefix="hami-bench-"))
+    results: dict[str, Any] = {}
+    try:
+        _log(f"fit vs naive fit over {plan.fit_nodes} nodes")
+        fit = fitbench.run(plan.fit_nodes, plan.fit_rounds, plan.fit_repeat, plan.naive_nodes)
+        _log(f"recorder scale: recording {plan.scale_pods} pods through the store")
+        scale = recorder_scale.run(work_dir, plan.scale_pods, plan.recoveries)
+        daemons = DaemonBench(plan, work_dir)
+        try:
+            rpc_results = daemons.run()
+            _log("burst: 50 pods, 8 callers, one pool")
+            burst_result = burst.run(daemons.off)
+            goals = _goals(_goal_values(rpc_results, fit, scale))
+            profiles = _profile_misses(plan, goals, daemons, work_dir) \
+                if plan.profile_seconds else {}
+        finally:
+            daemons.stop()
+        results = {
+            "meta": {
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+                "duration_s": round(time.time() - started, 1),
+                "quick": plan is QUICK,
+                "python": platform.python_version(),
+                "cpus": os.cpu_count(),
+                "loadavg_before": load_before,
+                "loadavg_after": _loadavg(),
+                "rounds": {"smallest_node_count": plan.rounds_small,
+                           "other_node_counts": plan.rounds_large},
+                "method": "median over rounds of each round's p50/p99/calls-per-s; rounds "
+                          "interleave every figure with its baseline",
+            },
+            "goals": goals,
+            "rpc": rpc_results,
+            "fit": fit,
+            "recorder": scale,
+            "burst": burst_result,
+            "profiles": profiles,
+        }
+    finally:
+        if keep_work_dir:
+            _log(f"work directory kept: {work_dir}")
+        else:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    return results
+
+
+def _profile_misses(plan: Plan, goals: list[dict[str, Any]], daemons: DaemonBench,
+                    work_dir: Path) -> dict[str, Any]:
+    missed = {g["key"] for g in goals if not g["pass"]}
+    profiles: dict[str, Any] = {}
+    if profiling.pyspy_path() is None:
+        return {"note": "py-spy is not installed: pip install -e '.[bench]'"}
+    # Not a goal, but where a Filter's time goes at the largest cluster is always worth seeing.
+    largest = plan.node_counts[-1]
+    _log(f"profiling Filter at {largest} nodes (scheduler and recorder)")
+    assert daemons.off.scheduler is not None
+    profiles["filter_at_scale"] = daemons.profile_daemons(
+        [daemons.off.scheduler, daemons.off.usage], daemons._figures(largest, False)["filter"],
+        "filter")
+    off, on = daemons.off, daemons.on
+    first = plan.node_counts[0]
+    figures = daemons._figures(first, True)
+    if "check_quota_vs_noop" in missed:
+        _log("profiling CheckQuota (admission and recorder; admission with the watch cache)")
+        profiles["check_quota_vs_noop"] = {
+            **daemons.profile_daemons([off.admission, off.usage], figures["check_quota"],
+                                      "check-quota"),
+            # Without the extra hop, what is left is the admission's own CPU.
+            **daemons.profile_daemons([daemons.watch.admission], figures["check_quota_watch"],
+                                      "check-quota-watch", gil=True),
+        }
+    if "record_pod_vs_noop" in missed:
+        _log("profiling RecordPod (recorder)")
+        profiles["record_pod_vs_noop"] = daemons.profile_daemons(
+            [off.usage], figures["record_pod"], "record-pod",
+            focus="UsageRecorderServicer.RecordPod")
+    if "tracing_overhead_check_quota" in missed:
+        _log("profiling traced CheckQuota (admission and recorder, GIL holders)")
+        profiles["tracing_overhead_check_quota"] = daemons.profile_daemons(
+            [on.admission, on.usage], figures["check_quota_traced"], "check-quota-traced",
+            gil=True)
+    scale_dir = work_dir / "scale-full"
+    if "recovery_s" in missed:
+        _log("profiling the recovery")
+        profiles["recovery_s"] = profiling.profile_recovery(scale_dir, work_dir / "recover.raw")
+    if "bytes_per_pod" in missed:
+        _log("tracing the recovered state's allocations")
+        profiles["bytes_per_pod"] = profiling.profile_memory(scale_dir)
+    if missed & {"filter_compute_us_per_node", "fit_speedup_vs_naive"}:
+        _log("profiling fit_pod")
+        profiles["filter_compute_us_per_node"] = profiling.record_command(
+            [sys.executable, "-m", "bench.profiling", "fit", str(plan.fit_nodes)],
+            work_dir / "fit.raw")
+    return profiles

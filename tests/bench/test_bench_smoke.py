@@ -1,0 +1,57 @@
+"""Smoke test of the benchmark harness: ``python -m bench --quick`` runs every section end to end
+(daemons, traced stack, watch cache, recorder scale, burst) with minimal iterations and writes
+its results. No timing is asserted: the figures of a quick run mean nothing, only their shape.
+The chart is drawn only when matplotlib (the ``bench`` extra) is installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SUMMARY_KEYS = {"p50_us", "p99_us", "calls_per_s", "calls", "rounds", "errors"}
+FIGURES = {"noop", "check_quota", "check_quota_watch", "record_pod", "get_node_usage", "filter",
+           "noop_traced", "check_quota_traced", "filter_traced"}
+GOALS = {"check_quota_vs_noop", "record_pod_vs_noop", "filter_compute_us_per_node",
+         "fit_speedup_vs_naive", "tracing_overhead_check_quota", "recovery_s", "bytes_per_pod"}
+
+
+def test_quick_run_writes_every_section(tmp_path: Path) -> None:
+    with_chart = importlib.util.find_spec("matplotlib") is not None
+    command = [sys.executable, "-m", "bench", "--quick", "--out-dir", str(tmp_path)]
+    if not with_chart:
+        command.append("--no-chart")
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=280,
+                          check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    results = json.loads((tmp_path / "latest.json").read_text())
+    assert {"meta", "goals", "rpc", "fit", "recorder", "burst", "profiles"} <= results.keys()
+    assert results["meta"]["quick"] is True
+    assert {goal["key"] for goal in results["goals"]} == GOALS
+    for goal in results["goals"]:
+        assert {"goal", "value", "limit", "pass", "detail"} <= goal.keys()
+
+    figures = results["rpc"]["figures"][str(results["rpc"]["node_counts"][0])]
+    assert figures.keys() >= FIGURES
+    for figure in FIGURES:
+        for mode in ("seq", "c8"):
+            assert figures[figure][mode].keys() >= SUMMARY_KEYS, (figure, mode)
+            assert figures[figure][mode]["errors"] == 0, (figure, mode)
+    assert figures["record_pod"]["outcomes"].keys() == {"Recorded"}
+
+    assert {"fit_pod", "fit_node", "naive_fit_node", "node_state_build"} <= \
+        results["fit"]["us_per_node"].keys()
+    recorder = results["recorder"]
+    assert recorder["round_recovery_s"] and recorder["bytes_per_pod"] is not None
+    assert recorder["build"]["overcommitted"] == 0
+    burst = results["burst"]
+    assert burst["errors"] == 0
+    assert burst["no_double_allocation"] is True
+
+    text = (tmp_path / "benchmarks.md").read_text()
+    assert "## Goals" in text and "## Burst" in text
+    assert (tmp_path / "benchmarks.png").is_file() == with_chart
