@@ -10,8 +10,10 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -68,7 +70,7 @@ def run(
     *,
     callers: int = 1,
     first_index: int = 0,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Runs ``callers`` loops against ``target`` and summarises the latencies.
 
     Each caller gets its own channel (no shared HTTP/2 connection) and warms it up first.
@@ -118,6 +120,19 @@ def run(
     merged = [value for per in latencies for value in per]
     if not merged:
         raise LoadError(f"every call to {target} failed: {errors[0] if errors else 'no calls'}")
-    summary = summarize(merged, wall)
+    summary: dict[str, Any] = dict(summarize(merged, wall))
     summary["errors"] = len(errors)
+    if errors:
+        summary["error_codes"] = dict(Counter(_code(e) for e in errors))
+        summary["error_sample"] = _details(errors[0])[:300]
     return summary
+
+
+def _code(error: BaseException) -> str:
+    code = getattr(error, "code", None)
+    return code().name if callable(code) else type(error).__name__
+
+
+def _details(error: BaseException) -> str:
+    details = getattr(error, "details", None)
+    return str(details() if callable(details) else error)

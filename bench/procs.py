@@ -153,9 +153,3 @@ def start(
         process = subprocess.Popen(command, cwd=ROOT, env=child_env, stdin=subprocess.DEVNULL,
                                    stdout=log, stderr=subprocess.STDOUT)
     return Child(label, address, log_path, process)
-
-
-def module_available(module: str) -> bool:
-    """Whether ``module`` (e.g. services.scheduler.__main__) exists in this checkout."""
-    path = ROOT.joinpath(*module.split("."))
-    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()

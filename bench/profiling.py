@@ -11,10 +11,11 @@ function, share of samples) into the results, so the cause is read from evidence
 * resident memory per tracked pod: ``python -m bench.profiling memory DIR`` recovers under
   tracemalloc and prints the allocation sites still holding memory, biggest first.
 
-Self share: samples whose innermost frame is the entry. Inclusive share: samples with the entry
-anywhere on the stack. For a daemon, shares are of the samples inside handled calls (under the
-latency interceptor), so a wait on another daemon shows as the grpc frame that waits; for a
-command, of all samples outside idle pool threads.
+Self share: samples whose innermost frame is the entry (by package: whose innermost frame is in
+the package). Inclusive share: samples with the entry anywhere on the stack. For a daemon
+sampled by wall clock, shares are of the samples inside handled calls (under the latency
+interceptor), so a wait on another daemon shows as the grpc frame that waits; sampled by GIL
+holder (``--gil``), of where its CPU goes; for a command, of all samples outside idle threads.
 """
 
 from __future__ import annotations
@@ -94,8 +95,7 @@ def summarize(raw_path: Path, top: int = TOP, focus: str | None = None) -> dict[
             inclusive[name] += count
             if path.startswith(("accounting/", "services/")):
                 project[name] += count
-        for package in {_package(path) for _, path in names}:
-            packages[package] += count
+        packages[_package(names[-1][1])] += count
 
     def shares(counter: Counter[str]) -> list[list[Any]]:
         if not total:

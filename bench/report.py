@@ -123,6 +123,14 @@ def _rpc_section(rpc: dict[str, Any] | None) -> list[str]:
               f"receiver from the traced stack: {rpc['spans_exported']}."]
     for nodes, figures in rpc["figures"].items():
         for figure, modes in figures.items():
+            for key, mode in modes.items():
+                if isinstance(mode, dict) and mode.get("errors"):
+                    lines.append(
+                        f"{_FIGURE_TEXT.get(figure, figure)} ({key}) at {nodes} nodes failed "
+                        f"{mode['errors']} of {mode['errors'] + mode['calls']} calls: "
+                        f"{mode.get('error_codes', {})}, e.g. \"{mode.get('error_sample', '')}\".")
+    for nodes, figures in rpc["figures"].items():
+        for figure, modes in figures.items():
             if "outcomes" in modes:
                 lines.append(f"{_FIGURE_TEXT.get(figure, figure)} at {nodes} nodes answered "
                              f"{modes['outcomes']}.")
@@ -209,7 +217,7 @@ def _profile_lines(prefix: str, data: dict[str, Any]) -> list[str]:
         + "; ".join(f"`{name}` {share:.0%}" for name, share in data["self"][:6]),
         "  Inclusive, project code: "
         + "; ".join(f"`{name}` {share:.0%}" for name, share in data["project_inclusive"][:5]),
-        "  By package: "
+        "  Self by package: "
         + "; ".join(f"{name} {share:.0%}" for name, share in data.get("packages", [])[:6]),
     ]
 
@@ -248,14 +256,14 @@ def chart(results: dict[str, Any], path: Path = CHART) -> None:
         first = rpc["figures"][str(rpc["node_counts"][0])]
         names = [n for n in _FIGURE_TEXT if n in first and n not in ("filter", "filter_traced",
                                                                       "get_node_usage")]
-        seq = [first[n]["seq"]["p50_us"] for n in names]
-        conc = [first[n]["c8"]["p50_us"] for n in names]
+        seq = [first[n]["seq"]["p50_us"] / 1e3 for n in names]
+        conc = [first[n]["c8"]["p50_us"] / 1e3 for n in names]
         ypos = range(len(names))
         axes[0].barh([y + 0.2 for y in ypos], seq, height=0.4, label="1 caller")
         axes[0].barh([y - 0.2 for y in ypos], conc, height=0.4, label="8 callers")
         axes[0].set_yticks(list(ypos), [_FIGURE_TEXT[n] for n in names], fontsize=8)
         axes[0].invert_yaxis()
-        axes[0].set_xlabel("p50 latency, µs")
+        axes[0].set_xlabel(f"p50 latency, ms ({rpc['node_counts'][0]} nodes)")
         axes[0].set_title("Unary calls beside the no-op floor")
         axes[0].legend(fontsize=8)
         counts = rpc["node_counts"]

@@ -61,7 +61,3 @@ def granted_pod(uid: str, node: str, namespace: str = NAMESPACE) -> Pod:
 
 def pod_pb(uid: str, namespace: str = NAMESPACE) -> types_pb2.Pod:
     return pod_to_pb(pod(uid, namespace))
-
-
-def granted_pod_pb(uid: str, node: str, namespace: str = NAMESPACE) -> types_pb2.Pod:
-    return pod_to_pb(granted_pod(uid, node, namespace))
