@@ -15,11 +15,13 @@ The passes follow ARCHITECTURE §2 "scheduler fit" (HAMi's scoreNode after PR #2
   which equals accounting.pod.collapse_grants of the grants handed out;
 * the node fails with the reason of the first container, in that order, that does not fit.
 
-HAMi deep-copies the node for every init container. Here the steady pass keeps its per-device
-usage in three small integer lists local to one call, and an init container is checked against
-those lists without changing them, so a node costs one pass over its containers whatever the
-number of init containers. bench/naive_fit.py keeps the literal deep-copy version; a property
-test pins both to the same answers.
+HAMi deep-copies the node for every init container. Here the steady pass keeps each device's
+free capacity in three small integer lists local to one call, and an init container is checked
+against those lists without changing them, so a node costs one pass over its containers whatever
+the number of init containers. Only the picks are recorded per node; grants, the quota shape and
+the merged usage are derived from them for the nodes that need them. After a steady container
+only the cards it charged move in the device order (``_reposition``). bench/naive_fit.py keeps
+the literal deep-copy version; a property test pins both to the same answers.
 
 Device choice follows HAMi's NVIDIA Fit (reference/hami-behaviour.md §3.2, §3.5, §5.4, §5.5).
 A device is refused with the first reason that applies, in this order: CardNotHealth,
@@ -32,6 +34,7 @@ topology GPU policies, hami.io/device-scoring-weights (always 1,1,1).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -124,77 +127,157 @@ class _NodeColumns:
     """A node's device state as flat per-field tuples, built once per NodeState.
 
     The fit reads integers by device position from these instead of walking frozen objects,
-    and starts from precomputed scores and device orders. Positions are those of
-    NodeState.devices.
+    and starts from precomputed free capacity, scores and device orders. Positions are those
+    of NodeState.devices.
     """
 
     __slots__ = (
         "binpack_order",
+        "cores_free",
         "cores_total",
         "cores_used",
         "device_scores",
         "devices",
-        "index_descending",
+        "memory_free",
         "memory_total",
         "memory_used",
         "node_score",
+        "rank",
+        "slots_free",
         "slots_total",
         "slots_used",
         "spread_order",
-        "unfiltered_blocks",
+        "unfiltered",
         "uuids",
-        "vendor_counts",
     )
 
     def __init__(self, devices: tuple[DeviceState, ...]) -> None:
         self.devices = devices
-        self.uuids = tuple(d.device.uuid for d in devices)
-        self.slots_total = tuple(d.device.slots_total for d in devices)
-        self.memory_total = tuple(d.device.memory_total_mib for d in devices)
-        self.cores_total = tuple(d.device.cores_total for d in devices)
-        self.slots_used = tuple(d.slots_used for d in devices)
-        self.memory_used = tuple(d.memory_used_mib for d in devices)
-        self.cores_used = tuple(d.cores_used for d in devices)
-        self.node_score = device_score(
-            sum(self.slots_used),
-            sum(self.slots_total),
-            sum(self.cores_used),
-            sum(self.cores_total),
-            sum(self.memory_used),
-            sum(self.memory_total),
-        )
-        self.device_scores = tuple(
-            device_score(
-                d.slots_used,
-                d.device.slots_total,
-                d.cores_used,
-                d.device.cores_total,
-                d.memory_used_mib,
-                d.device.memory_total_mib,
+        # One pass over the frozen objects: this runs for every node state the scheduler builds.
+        uuids: list[str] = []
+        slots_total: list[int] = []
+        memory_total: list[int] = []
+        cores_total: list[int] = []
+        slots_used: list[int] = []
+        memory_used: list[int] = []
+        cores_used: list[int] = []
+        scores: list[float] = []
+        for state in devices:
+            device = state.device
+            uuids.append(device.uuid)
+            slots_total.append(device.slots_total)
+            memory_total.append(device.memory_total_mib)
+            cores_total.append(device.cores_total)
+            slots_used.append(state.slots_used)
+            memory_used.append(state.memory_used_mib)
+            cores_used.append(state.cores_used)
+            scores.append(
+                device_score(
+                    state.slots_used,
+                    device.slots_total,
+                    state.cores_used,
+                    device.cores_total,
+                    state.memory_used_mib,
+                    device.memory_total_mib,
+                )
             )
-            for d in devices
+        self.uuids = tuple(uuids)
+        self.slots_total = tuple(slots_total)
+        self.memory_total = tuple(memory_total)
+        self.cores_total = tuple(cores_total)
+        self.slots_used = tuple(slots_used)
+        self.memory_used = tuple(memory_used)
+        self.cores_used = tuple(cores_used)
+        self.device_scores = tuple(scores)
+        # The fit compares requests with what is left, so it starts from free capacity (negative
+        # on an overcommitted device, which then refuses everything, as total - used would).
+        self.slots_free = tuple(map(operator.sub, slots_total, slots_used))
+        self.memory_free = tuple(map(operator.sub, memory_total, memory_used))
+        self.cores_free = tuple(map(operator.sub, cores_total, cores_used))
+        self.node_score = device_score(
+            sum(slots_used),
+            sum(slots_total),
+            sum(cores_used),
+            sum(cores_total),
+            sum(memory_used),
+            sum(memory_total),
         )
         # Ties between equally scored devices go to the higher index, under both policies:
         # HAMi sorts an index-ordered list stably and then walks it from the end.
-        self.index_descending = tuple(
-            sorted(range(len(devices)), key=lambda p: (devices[p].device.index, p), reverse=True)
+        index_descending = sorted(
+            range(len(devices)), key=lambda p: (devices[p].device.index, p), reverse=True
         )
-        self.binpack_order = _device_order(self.index_descending, self.device_scores, True)
-        self.spread_order = _device_order(self.index_descending, self.device_scores, False)
-        self.vendor_counts: dict[str, int] = {}
-        for d in devices:
-            self.vendor_counts[d.device.vendor] = self.vendor_counts.get(d.device.vendor, 0) + 1
-        # Static refusals per vendor for pods without device-selection annotations; filled on
-        # first use. A benign race under threads: both writers store the same value.
-        self.unfiltered_blocks: dict[str, tuple[str | None, ...]] = {}
+        rank = [0] * len(devices)
+        for position, p in enumerate(index_descending):
+            rank[p] = position
+        # Device position -> its place in the index tie-break (0 is tried first on a tie).
+        self.rank = tuple(rank)
+        self.binpack_order = tuple(_device_order(index_descending, scores, True))
+        self.spread_order = tuple(_device_order(index_descending, scores, False))
+        # Static refusals and the orders without refused devices, per vendor, for pods without
+        # device-selection annotations; filled on first use. A benign race under threads: both
+        # writers store the same value.
+        self.unfiltered: dict[str, _Allowed] = {}
 
 
 def _device_order(
     index_descending: Sequence[int], scores: Sequence[float], binpack: bool
 ) -> list[int]:
     """Device positions in the order the fit tries them: binpack the busiest card first,
-    spread the least busy; Python's sort is stable (also with reverse), keeping index ties."""
+    spread the least busy; Python's sort is stable (also with reverse), keeping index ties.
+
+    Equivalently: ascending by (-score, rank) under binpack and (score, rank) under spread,
+    rank being the place in ``index_descending`` — the total order ``_reposition`` keeps."""
     return sorted(index_descending, key=scores.__getitem__, reverse=binpack)
+
+
+def _reposition(
+    order: list[int], p: int, scores: Sequence[float], rank: Sequence[int], binpack: bool
+) -> None:
+    """Moves device ``p``, whose score just changed, to where ``_device_order`` would put it.
+
+    Every other device of ``order`` is in place already, so p only has to slide past its
+    neighbours: after a steady container a picked card is busier (forward under binpack, back
+    under spread), usually by a few places, and re-sorting the whole node each time cost more
+    than the fit of the container. Both directions are tried, so any change of score works.
+    """
+    i = order.index(p)
+    score = scores[p]
+    own_rank = rank[p]
+    last = len(order) - 1
+    if binpack:
+        # p goes before q when score > scores[q], or equal and own_rank < rank[q].
+        while i > 0:
+            q = order[i - 1]
+            other = scores[q]
+            if other > score or (other == score and rank[q] < own_rank):
+                break
+            order[i] = q
+            i -= 1
+        while i < last:
+            q = order[i + 1]
+            other = scores[q]
+            if other < score or (other == score and rank[q] > own_rank):
+                break
+            order[i] = q
+            i += 1
+    else:
+        # p goes before q when score < scores[q], or equal and own_rank < rank[q].
+        while i > 0:
+            q = order[i - 1]
+            other = scores[q]
+            if other < score or (other == score and rank[q] < own_rank):
+                break
+            order[i] = q
+            i -= 1
+        while i < last:
+            q = order[i + 1]
+            other = scores[q]
+            if other > score or (other == score and rank[q] > own_rank):
+                break
+            order[i] = q
+            i += 1
+    order[i] = p
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +356,10 @@ class _Ask(NamedTuple):
     """Fixed MiB per device (memory factor applied), or -1 when sized by the chosen card."""
     memory_percent: int
     core_percent: int
+    exclusive: bool
+    """core_percent is 100: the card alone (refused on a 100-core card with any task on it)."""
+    share_only: bool
+    """core_percent is 0: refused on a card whose compute is fully given away."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +432,24 @@ def _blocks(
     return tuple(blocks)
 
 
+_Allowed = tuple[tuple[str | None, ...], tuple[int, ...], tuple[int, ...], int]
+"""(static refusal per device, binpack order, spread order, the vendor's device count) for one
+pod's vendor and filter; the orders leave out the refused devices, so the fit's device loop
+never meets them."""
+
+
+def _allowed(
+    columns: _NodeColumns, vendor_name: str, device_filter: _DeviceFilter | None
+) -> _Allowed:
+    blocks = _blocks(columns.devices, vendor_name, device_filter)
+    return (
+        blocks,
+        tuple(p for p in columns.binpack_order if blocks[p] is None),
+        tuple(p for p in columns.spread_order if blocks[p] is None),
+        sum(1 for d in columns.devices if d.device.vendor == vendor_name),
+    )
+
+
 def _resolve_policy(annotation: str | None, default: str) -> str:
     """The pod's annotation wins when it names a known policy (first entry of a HAMi chain such
     as "binpack,numa"); anything else falls back to the configured policy."""
@@ -385,13 +490,16 @@ def _build_ask(position: int, container: Container, vendor: VendorResources) -> 
             memory_mib = vendor.default_memory_mib
         else:
             memory_percent = _WHOLE_CARD_PERCENT
+        core_percent = min(request.core_percent, _MAX_CORE_PERCENT)
         return _Ask(
             position=position,
             is_init=container.container_class is ContainerClass.INIT,
             device_count=request.count,
             memory_mib=memory_mib,
             memory_percent=memory_percent,
-            core_percent=min(request.core_percent, _MAX_CORE_PERCENT),
+            core_percent=core_percent,
+            exclusive=core_percent == _EXCLUSIVE_CORE_PERCENT,
+            share_only=core_percent == 0,
         )
     return None
 
@@ -402,6 +510,8 @@ class _PodPlan:
 
     pod: Pod
     vendor: VendorResources
+    vendor_name: str
+    """vendor.vendor, read once per node."""
     asks: tuple[_Ask, ...]
     """The containers with a request, in fitting order (declaration order, apps last)."""
     gpu_binpack: bool
@@ -439,6 +549,7 @@ class _PodPlan:
         return cls(
             pod=pod,
             vendor=vendor,
+            vendor_name=vendor.vendor,
             asks=asks,
             gpu_binpack=gpu_policy == BINPACK,
             device_filter=_DeviceFilter.from_annotations(pod.annotations),
@@ -471,153 +582,114 @@ def _capacity_refusal(
     return None
 
 
-class _Placement(NamedTuple):
-    """The raw outcome of fitting a pod on one node: device positions, not objects yet."""
-
-    reason: str
-    """"" when every container fits."""
-    picks: tuple[tuple[int, ...], ...]
-    """Device positions per ask, in the order chosen."""
-    needs: tuple[tuple[int, ...], ...]
-    """Memory charged per pick (MiB), parallel to picks."""
-    slots_used: list[int]
-    memory_used: list[int]
-    cores_used: list[int]
-    """The steady copy after the pass, per device position (base usage included)."""
-    init_peaks: dict[int, list[int]] | None
-    """Device position -> [memory, cores, slots] of the highest init point on it."""
+_Placement = list[list[int]]
+"""The raw outcome of fitting a pod on one node: the device positions picked per ask, in the
+order chosen. Everything else (memory per pick, init peaks) follows from the plan and the node
+and is derived only for the placements that are used."""
 
 
-def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement:
-    """Fits every container of the pod on one node: the hot path of the scheduler.
+def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement | str:
+    """Fits every container of the pod on one node: the hot path of the scheduler. Returns the
+    placement, or the reason the node is refused.
 
-    The capacity test in the device loop is _capacity_refusal inlined (a call per device
-    visited costs as much as the rest of the loop); _capacity_refusal itself names the reason
-    once a container fails, and bench/naive_fit.py cross-checks both.
+    The capacity test in the device loop is _capacity_refusal inlined, on free capacity (a call
+    per device visited costs as much as the rest of the loop); _capacity_refusal itself names
+    the reason once a container fails, and bench/naive_fit.py cross-checks both. An init
+    container is checked against the steady copy and charges nothing, so its point never needs
+    recording here: _merged_usage replays the picks when the usage is asked for.
     """
-    vendor_name = plan.vendor.vendor
+    vendor_name = plan.vendor_name
     if plan.device_filter is None:
-        blocks = columns.unfiltered_blocks.get(vendor_name)
-        if blocks is None:
-            blocks = columns.unfiltered_blocks[vendor_name] = _blocks(
-                columns.devices, vendor_name, None
-            )
+        allowed = columns.unfiltered.get(vendor_name)
+        if allowed is None:
+            allowed = columns.unfiltered[vendor_name] = _allowed(columns, vendor_name, None)
     else:
-        blocks = _blocks(columns.devices, vendor_name, plan.device_filter)
-    vendor_devices = columns.vendor_counts.get(vendor_name, 0)
+        allowed = _allowed(columns, vendor_name, plan.device_filter)
+    binpack = plan.gpu_binpack
+    order: Sequence[int] = allowed[1] if binpack else allowed[2]
+    vendor_devices = allowed[3]
     slots_total = columns.slots_total
     memory_total = columns.memory_total
     cores_total = columns.cores_total
-    slots_base = columns.slots_used
-    memory_base = columns.memory_used
-    cores_base = columns.cores_used
     # The steady copy: three small lists, the only per-node mutable state.
-    slots_used = list(slots_base)
-    memory_used = list(memory_base)
-    cores_used = list(cores_base)
-    binpack = plan.gpu_binpack
-    order: Sequence[int] = columns.binpack_order if binpack else columns.spread_order
-    scores: list[float] | None = None
-    stale: list[int] | None = None
-    init_peaks: dict[int, list[int]] | None = None
-    all_picks: list[tuple[int, ...]] = []
-    all_needs: list[tuple[int, ...]] = []
+    slots_free = list(columns.slots_free)
+    memory_free = list(columns.memory_free)
+    cores_free = list(columns.cores_free)
+    # Devices the last steady container charged: their score changed, so their place in the
+    # order is fixed up (lazily, only if another container follows).
+    moved: list[int] | None = None
+    reordered: list[int] | None = None
+    scores: list[float] = []
+    placement: _Placement = []
 
     for ask in plan.asks:
-        _, is_init, count, memory_fixed, memory_percent, cores = ask
+        _, is_init, count, memory_fixed, memory_percent, cores, exclusive, share_only = ask
         if count > vendor_devices:
-            return _failed(NODE_INSUFFICIENT_DEVICE)
-        if stale is not None:
-            # Only the devices the last steady container took changed score; re-sort lazily.
-            if scores is None:
+            return NODE_INSUFFICIENT_DEVICE
+        if moved is not None:
+            if reordered is None:
+                order = reordered = list(order)
                 scores = list(columns.device_scores)
-            for p in stale:
+            for p in moved:
+                total = slots_total[p]
                 scores[p] = device_score(
-                    slots_used[p],
-                    slots_total[p],
-                    cores_used[p],
+                    total - slots_free[p],
+                    total,
+                    cores_total[p] - cores_free[p],
                     cores_total[p],
-                    memory_used[p],
+                    memory_total[p] - memory_free[p],
                     memory_total[p],
                 )
-            order = _device_order(columns.index_descending, scores, binpack)
-            stale = None
+                _reposition(reordered, p, scores, columns.rank, binpack)
+            moved = None
         picks: list[int] = []
-        needs: list[int] = []
+        remaining = count
         for p in order:
-            if blocks[p] is not None:
+            if slots_free[p] <= 0:
                 continue
-            used = slots_used[p]
-            if slots_total[p] <= used:
+            need = memory_fixed if memory_fixed >= 0 else memory_total[p] * memory_percent // 100
+            if memory_free[p] < need:
                 continue
-            total = memory_total[p]
-            need = memory_fixed if memory_fixed >= 0 else total * memory_percent // 100
-            if total - memory_used[p] < need:
+            if cores_free[p] < cores:
                 continue
-            total = cores_total[p]
-            if total - cores_used[p] < cores:
+            if (
+                exclusive
+                and cores_total[p] == _EXCLUSIVE_CORE_PERCENT
+                and slots_free[p] != slots_total[p]
+            ):
                 continue
-            if cores == _EXCLUSIVE_CORE_PERCENT and total == _EXCLUSIVE_CORE_PERCENT and used:
+            if share_only and cores_free[p] == 0 and cores_total[p] != 0:
                 continue
-            if cores == 0 and total != 0 and cores_used[p] == total:
-                continue
+            if not is_init:
+                # Charged at once (the walk never comes back to p); undone if the container
+                # fails, so the refusal is counted on the state before it.
+                slots_free[p] -= 1
+                memory_free[p] -= need
+                cores_free[p] -= cores
             picks.append(p)
-            needs.append(need)
-            if len(picks) == count:
+            remaining -= 1
+            if not remaining:
                 break
         else:
-            return _failed(
-                _device_reasons(
-                    ask,
-                    blocks,
-                    slots_used,
-                    slots_total,
-                    memory_used,
-                    memory_total,
-                    cores_used,
-                    cores_total,
-                )
+            if not is_init:
+                for p in picks:
+                    slots_free[p] += 1
+                    memory_free[p] += _memory_need(ask, memory_total[p])
+                    cores_free[p] += cores
+            return _device_reasons(
+                ask,
+                allowed[0],
+                [t - f for t, f in zip(slots_total, slots_free, strict=True)],
+                slots_total,
+                [t - f for t, f in zip(memory_total, memory_free, strict=True)],
+                memory_total,
+                [t - f for t, f in zip(cores_total, cores_free, strict=True)],
+                cores_total,
             )
-        if is_init:
-            if init_peaks is None:
-                init_peaks = {}
-            for p, need in zip(picks, needs, strict=True):
-                # The init point: sidecars declared so far on this card plus the init itself.
-                memory_point = memory_used[p] - memory_base[p] + need
-                cores_point = cores_used[p] - cores_base[p] + cores
-                slots_point = slots_used[p] - slots_base[p] + 1
-                peak = init_peaks.get(p)
-                if peak is None:
-                    init_peaks[p] = [memory_point, cores_point, slots_point]
-                else:
-                    if peak[0] < memory_point:
-                        peak[0] = memory_point
-                    if peak[1] < cores_point:
-                        peak[1] = cores_point
-                    if peak[2] < slots_point:
-                        peak[2] = slots_point
-        else:
-            for p, need in zip(picks, needs, strict=True):
-                slots_used[p] += 1
-                memory_used[p] += need
-                cores_used[p] += cores
-            stale = picks
-        all_picks.append(tuple(picks))
-        all_needs.append(tuple(needs))
-
-    return _Placement(
-        "",
-        tuple(all_picks),
-        tuple(all_needs),
-        slots_used,
-        memory_used,
-        cores_used,
-        init_peaks,
-    )
-
-
-def _failed(reason: str) -> _Placement:
-    return _Placement(reason, (), (), [], [], [], None)
+        if not is_init:
+            moved = picks
+        placement.append(picks)
+    return placement
 
 
 def _device_reasons(
@@ -661,12 +733,13 @@ def _grants(
 ) -> tuple[tuple[DeviceGrant, ...], ...]:
     """Raw grants per container position; a GPU-less container keeps its empty position."""
     per_position: list[tuple[DeviceGrant, ...]] = [()] * len(plan.pod.containers)
-    device_type = plan.vendor.vendor
+    device_type = plan.vendor_name
     uuids = columns.uuids
-    for ask, picks, needs in zip(plan.asks, placement.picks, placement.needs, strict=True):
+    memory_total = columns.memory_total
+    for ask, picks in zip(plan.asks, placement, strict=True):
         per_position[ask.position] = tuple(
-            DeviceGrant(uuids[p], device_type, need, ask.core_percent)
-            for p, need in zip(picks, needs, strict=True)
+            DeviceGrant(uuids[p], device_type, _memory_need(ask, memory_total[p]), ask.core_percent)
+            for p in picks
         )
     return tuple(per_position)
 
@@ -674,20 +747,36 @@ def _grants(
 def _merged_usage(
     plan: _PodPlan, columns: _NodeColumns, placement: _Placement
 ) -> tuple[DeviceUsage, ...]:
-    """max(steady, every init point) per device the pod touches, sorted by UUID."""
-    touched = {p for picks in placement.picks for p in picks}
-    peaks = placement.init_peaks or {}
-    device_type = plan.vendor.vendor
+    """max(steady, every init point) per device the pod touches, sorted by UUID.
+
+    Replays the placement in fitting order: steady containers add to a device's running
+    charge, an init container's point is that running charge plus itself.
+    """
+    steady: dict[int, list[int]] = {}
+    peaks: dict[int, list[int]] = {}
+    memory_total = columns.memory_total
+    for ask, picks in zip(plan.asks, placement, strict=True):
+        for p in picks:
+            need = _memory_need(ask, memory_total[p])
+            charged = steady.setdefault(p, [0, 0, 0])
+            if ask.is_init:
+                point = [charged[0] + need, charged[1] + ask.core_percent, charged[2] + 1]
+                peak = peaks.setdefault(p, point)
+                for dimension in range(3):
+                    peak[dimension] = max(peak[dimension], point[dimension])
+            else:
+                charged[0] += need
+                charged[1] += ask.core_percent
+                charged[2] += 1
+    device_type = plan.vendor_name
     usage: list[DeviceUsage] = []
-    for p in touched:
-        memory_mib = placement.memory_used[p] - columns.memory_used[p]
-        core_percent = placement.cores_used[p] - columns.cores_used[p]
-        slots = placement.slots_used[p] - columns.slots_used[p]
-        peak = peaks.get(p)
-        if peak is not None:
-            memory_mib = max(memory_mib, peak[0])
-            core_percent = max(core_percent, peak[1])
-            slots = max(slots, peak[2])
+    for p, charged in steady.items():
+        memory_mib, core_percent, slots = charged
+        highest = peaks.get(p)
+        if highest is not None:
+            memory_mib = max(memory_mib, highest[0])
+            core_percent = max(core_percent, highest[1])
+            slots = max(slots, highest[2])
         usage.append(DeviceUsage(columns.uuids[p], device_type, memory_mib, core_percent, slots))
     usage.sort(key=lambda u: u.uuid)
     return tuple(usage)
@@ -720,16 +809,17 @@ def _quota_refusal(columns: _NodeColumns) -> str:
 _Shape = tuple[tuple[tuple[int, int], ...], ...]
 
 
-def _placement_shape(placement: _Placement) -> _Shape:
+def _placement_shape(plan: _PodPlan, columns: _NodeColumns, placement: _Placement) -> _Shape:
     """The placement with devices renamed by first use: the quota's answer depends only on
     which containers share a card and how much each takes, not on which card it is."""
     renamed: dict[int, int] = {}
+    memory_total = columns.memory_total
     return tuple(
         tuple(
-            (renamed.setdefault(p, len(renamed)), need)
-            for p, need in zip(picks, needs, strict=True)
+            (renamed.setdefault(p, len(renamed)), _memory_need(ask, memory_total[p]))
+            for p in picks
         )
-        for picks, needs in zip(placement.picks, placement.needs, strict=True)
+        for ask, picks in zip(plan.asks, placement, strict=True)
     )
 
 
@@ -737,8 +827,8 @@ def _fit_node(plan: _PodPlan, node: NodeState) -> NodeFit:
     columns = node._columns
     no_grants: tuple[tuple[DeviceGrant, ...], ...] = ((),) * len(plan.pod.containers)
     placement = _place(plan, columns)
-    if placement.reason:
-        return NodeFit(node.node_name, False, placement.reason, columns.node_score, no_grants, ())
+    if isinstance(placement, str):
+        return NodeFit(node.node_name, False, placement, columns.node_score, no_grants, ())
     grants = _grants(plan, columns, placement)
     if plan.quota_items is not None and plan.asks and not _quota_allows(plan, grants):
         refusal = _quota_refusal(columns)
@@ -814,32 +904,34 @@ def fit_pod(
     scores: dict[str, float] = {}
     # Minimising (sign × score, name): binpack maximises the score, spread minimises it.
     sign = -1.0 if node_policy == BINPACK else 1.0
-    best: tuple[float, str] | None = None
+    best_key = 0.0
+    best_name = ""
     best_node: NodeState | None = None
     best_placement: _Placement | None = None
+    check_quota = plan.quota_items is not None
     # Many nodes end with the same placement shape; the quota answers once per shape.
     quota_answers: dict[_Shape, bool] = {}
     for node in nodes:
         columns = node._columns
         placement = _place(plan, columns)
-        reason = placement.reason
-        if not reason and plan.quota_items is not None:
-            shape = _placement_shape(placement)
+        name = node.node_name
+        if isinstance(placement, str):
+            failed[name] = placement
+            continue
+        if check_quota:
+            shape = _placement_shape(plan, columns, placement)
             allowed = quota_answers.get(shape)
             if allowed is None:
                 allowed = quota_answers[shape] = _quota_allows(
                     plan, _grants(plan, columns, placement)
                 )
             if not allowed:
-                reason = _quota_refusal(columns)
-        if reason:
-            failed[node.node_name] = reason
-            continue
-        score = columns.node_score
-        scores[node.node_name] = score
-        key = (sign * score, node.node_name)
-        if best is None or key < best:
-            best, best_node, best_placement = key, node, placement
+                failed[name] = _quota_refusal(columns)
+                continue
+        score = scores[name] = columns.node_score
+        key = sign * score
+        if best_node is None or key < best_key or (key == best_key and name < best_name):
+            best_key, best_name, best_node, best_placement = key, name, node, placement
 
     # Sorted by name, like the choice itself, so the answer is the same for any node order.
     failed = dict(sorted(failed.items()))

@@ -1,8 +1,9 @@
 """The scheduler daemon: on which node, and on which physical GPUs, does a pod fit?
 
-Layer: services/scheduler. Stateless; node usage and namespace quota are read from the usage
-recorder, the fit is ``accounting.fit.fit_pod``, and a placement only counts once the recorder's
-``Reserve`` has stored it. ``servicer`` (gRPC ``Scheduler.Filter`` and the recorder client),
-``convert`` (protobuf <-> domain, HAMi annotations), ``config`` and ``__main__`` (config ->
-server).
+Layer: services/scheduler. Stateless; node usage and namespace quota come from the usage
+recorder (node usage through a copy fed by its WatchUsage stream, by default), the fit is
+``accounting.fit.fit_pod``, and a placement only counts once the recorder's ``Reserve`` has
+stored it. ``servicer`` (gRPC ``Scheduler.Filter`` and the recorder client), ``node_cache``
+(the WatchUsage-fed node states), ``convert`` (protobuf <-> domain, HAMi annotations),
+``config`` and ``__main__`` (config -> server).
 """

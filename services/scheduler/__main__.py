@@ -3,9 +3,11 @@
 
 Layer: services/scheduler (runtime). Config -> traced channel to the usage recorder -> pod
 placer -> gRPC server (``hami.accounting.v1.Scheduler`` with health and reflection), then serve
-until SIGTERM/SIGINT. Health: the ``liveness`` service and the overall status are SERVING from
-start to stop. The daemon is stateless; an unreachable recorder makes each Filter UNAVAILABLE
-rather than the daemon unready, so the extender sees why it was refused.
+until SIGTERM/SIGINT. With ``HAMI_ACCOUNTING_NODE_CACHE=watch`` (the default) a node cache fed by
+WatchUsage, on its own untraced channel, starts with it. Health: the ``liveness`` service and
+the overall status are SERVING from start to stop. The daemon holds no state of its own (the
+cache is a copy, dropped whenever its stream ends); an unreachable recorder makes each Filter
+UNAVAILABLE rather than the daemon unready, so the extender sees why it was refused.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from services.common.server import (
     client_channel,
     run_until_signalled,
 )
-from services.scheduler.config import SchedulerConfig
+from services.scheduler.config import NODE_CACHE_MODES, NODE_CACHE_WATCH, SchedulerConfig
+from services.scheduler.node_cache import NodeCache
 from services.scheduler.servicer import (
     SERVICE_NAME,
     PodPlacer,
@@ -58,6 +61,7 @@ class SchedulerDaemon:
     placer: PodPlacer
     recorder: RecorderClient
     tracer_provider: TracerProvider | None
+    node_cache: NodeCache | None = None
 
     @property
     def target(self) -> str:
@@ -65,7 +69,10 @@ class SchedulerDaemon:
         return self.handle.target
 
     def shutdown_background(self) -> None:
-        """Closes the recorder channel and flushes traces (after the gRPC server stopped)."""
+        """Stops the node cache, closes the recorder channel and flushes traces (after the gRPC
+        server stopped)."""
+        if self.node_cache is not None:
+            self.node_cache.close()
         self.recorder.close()
         telemetry.shutdown(self.tracer_provider)
 
@@ -91,6 +98,11 @@ def start(
         config.usage_addr, tls=config.common.tls, tracer_provider=tracer_provider
     )
     recorder = RecorderClient(channel, config.usage_addr)
+    node_cache: NodeCache | None = None
+    if config.node_cache == NODE_CACHE_WATCH:
+        # Untraced: one span for a stream that lives for minutes would say nothing.
+        watch_channel = client_channel(config.usage_addr, tls=config.common.tls)
+        node_cache = NodeCache(recorder, watch_channel)
     placer = PodPlacer(
         recorder,
         vendor=VendorResources(memory_factor=config.memory_factor),
@@ -100,6 +112,7 @@ def start(
         usage_timeout_s=config.usage_timeout_s,
         tracer=telemetry.tracer_for(tracer_provider, "services.scheduler"),
         clock=clock,
+        node_cache=node_cache,
     )
     servicer = SchedulerServicer(placer)
     try:
@@ -114,10 +127,14 @@ def start(
             max_workers=max_workers,
         )
     except BaseException:
+        if node_cache is not None:
+            node_cache.close()
         recorder.close()
         raise
+    if node_cache is not None:
+        node_cache.start()
     handle.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
-    return SchedulerDaemon(config, handle, placer, recorder, tracer_provider)
+    return SchedulerDaemon(config, handle, placer, recorder, tracer_provider, node_cache)
 
 
 # -- command line ------------------------------------------------------------------------------
@@ -133,6 +150,7 @@ _FLAG_ENV = {
     "memory_factor": "MEMORY_FACTOR",
     "reserve_attempts": "RESERVE_ATTEMPTS",
     "usage_timeout_ms": "USAGE_TIMEOUT_MS",
+    "node_cache": "NODE_CACHE",
 }
 
 
@@ -164,6 +182,8 @@ def _parser() -> argparse.ArgumentParser:
          "placements tried when another scheduler reserves first; default 3", metavar="N")
     flag("--usage-timeout-ms", "USAGE_TIMEOUT_MS",
          "deadline of every recorder call, milliseconds; default 2000", metavar="MS")
+    flag("--node-cache", "NODE_CACHE", "read node usage from a WatchUsage cache (watch) or "
+         "directly on every Filter (off); default watch", choices=NODE_CACHE_MODES)
     return parser
 
 
@@ -194,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "gpu_policy": config.gpu_policy,
             "memory_factor": config.memory_factor,
             "reserve_attempts": config.reserve_attempts,
+            "node_cache": config.node_cache,
         },
     )
     run_until_signalled(daemon.handle, on_stop=daemon.shutdown_background)

@@ -3,8 +3,9 @@
 Layer: services/scheduler (runtime). ``SchedulerConfig.from_env`` is a pure function of a
 Mapping and reports every problem in one ``ConfigError``; the command-line flags of
 ``__main__`` override the same fields one to one. With no variable set the daemon serves gRPC
-on 127.0.0.1:50052 and reads usage from the recorder at 127.0.0.1:50053, with HAMi's default
-policies (binpack across nodes, spread across the GPUs of a node).
+on 127.0.0.1:50052 and reads usage from the recorder at 127.0.0.1:50053 (node usage through a
+WatchUsage-fed cache), with HAMi's default policies (binpack across nodes, spread across the
+GPUs of a node).
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ from services.common.config import (
 DEFAULT_RESERVE_ATTEMPTS = 3
 MAX_RESERVE_ATTEMPTS = 20
 DEFAULT_USAGE_TIMEOUT_MS = 2000
+NODE_CACHE_OFF = "off"
+"""Every Filter reads its candidates' usage with GetNodeUsage."""
+NODE_CACHE_WATCH = "watch"
+"""A local copy of every node's state fed by WatchUsage; direct reads while it is down."""
+NODE_CACHE_MODES = (NODE_CACHE_OFF, NODE_CACHE_WATCH)
 
 
 def _policy(env: Mapping[str, str], key: str, default: str, problems: list[str]) -> str:
@@ -61,6 +67,9 @@ class SchedulerConfig:
     usage_timeout_ms: int = DEFAULT_USAGE_TIMEOUT_MS
     """Deadline of every call to the recorder, milliseconds (HAMI_ACCOUNTING_USAGE_TIMEOUT_MS;
     default 2000). Shortened to what is left of the caller's own deadline."""
+    node_cache: str = NODE_CACHE_WATCH
+    """``watch`` (default) or ``off`` (HAMI_ACCOUNTING_NODE_CACHE); see
+    services.scheduler.node_cache. Reserve re-checks either way."""
 
     @property
     def usage_timeout_s(self) -> float:
@@ -95,6 +104,13 @@ class SchedulerConfig:
             minimum=1,
             maximum=60_000,
         )
+        node_cache = env_str(env, "NODE_CACHE", NODE_CACHE_WATCH, problems=problems).lower()
+        if node_cache not in NODE_CACHE_MODES:
+            problems.append(
+                f"{env_name('NODE_CACHE')} must be one of {', '.join(NODE_CACHE_MODES)}, "
+                f"got {node_cache!r}"
+            )
+            node_cache = NODE_CACHE_WATCH
         raise_if_problems(problems)
         return cls(
             common=common,
@@ -104,4 +120,5 @@ class SchedulerConfig:
             memory_factor=memory_factor,
             reserve_attempts=reserve_attempts,
             usage_timeout_ms=usage_timeout_ms,
+            node_cache=node_cache,
         )

@@ -16,7 +16,7 @@ from accounting.errors import InvalidInputError
 from accounting.fit import FitResult, NodeState, QuotaContext
 from accounting.model import NVIDIA_RESOURCES, DeviceGrant, DeviceUsage, Pod, VendorResources
 from accounting.validate import BoundedViolations, quote
-from hami.accounting.v1 import scheduler_pb2, usage_pb2
+from hami.accounting.v1 import scheduler_pb2, types_pb2, usage_pb2
 from services.common import convert as common
 
 MAX_CANDIDATE_NODES = 10_000
@@ -149,18 +149,20 @@ def reserve_request(pod: Pod, node_name: str, grants: PodDevices) -> usage_pb2.R
 # -- recorder responses ------------------------------------------------------------------------
 
 
+def node_state_from_pb(node: types_pb2.NodeUsage) -> NodeState:
+    """One node as the fit reads it (from GetNodeUsage or a WatchUsage event)."""
+    return NodeState(
+        node.node_name, tuple(common.device_state_from_pb(device) for device in node.devices)
+    )
+
+
 def node_states_from_pb(
     responses: Sequence[usage_pb2.GetNodeUsageResponse],
 ) -> tuple[tuple[NodeState, ...], tuple[str, ...]]:
     """(registered nodes as the fit reads them, names the recorder does not know), in the order
     the recorder answered (the order asked)."""
     nodes = tuple(
-        NodeState(
-            node.node_name,
-            tuple(common.device_state_from_pb(device) for device in node.devices),
-        )
-        for response in responses
-        for node in response.nodes
+        node_state_from_pb(node) for response in responses for node in response.nodes
     )
     unknown = tuple(name for response in responses for name in response.unknown_node_names)
     return nodes, unknown
@@ -180,8 +182,9 @@ def reservation_from_pb(response: usage_pb2.ReserveResponse) -> Reservation:
     )
 
 
-def pod_is_stored(response: usage_pb2.GetPodUsageResponse) -> bool:
-    return response.found
+def stored_node(response: usage_pb2.GetPodUsageResponse) -> str | None:
+    """The node a stored pod is charged on ("" when none), or None when nothing is stored."""
+    return response.node_name if response.found else None
 
 
 # -- the Filter response -----------------------------------------------------------------------

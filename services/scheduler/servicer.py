@@ -3,8 +3,10 @@
 Layer: services/scheduler (adapter). ``RecorderClient`` is the scheduler's only way to the usage
 recorder (a deadline on every call; an unreachable recorder is ``DependencyUnavailableError``,
 UNAVAILABLE on the wire). ``PodPlacer`` runs one Filter: read, fit (``accounting.fit.fit_pod``
-does every comparison), reserve, retry on a lost race. ``SchedulerServicer`` validates and
-converts the request, calls the placer and converts the outcome; errors become status codes in
+does every comparison), reserve, retry on a lost race. Node usage comes from a
+``services.scheduler.node_cache.NodeCache`` fed by WatchUsage when one is given (the daemon's
+default), else straight from GetNodeUsage. ``SchedulerServicer`` validates and converts the
+request, calls the placer and converts the outcome; errors become status codes in
 ``map_errors``.
 
 One Filter, step by step (HAMi's Filter, reference/hami-behaviour.md §5.2):
@@ -16,14 +18,18 @@ One Filter, step by step (HAMi's Filter, reference/hami-behaviour.md §5.2):
    TakeAndDeletePod + RmUsage): otherwise the pod's own earlier charge would count against its
    new placement and a pod that filled a card could never be re-filtered onto it. A pod that
    no longer fits anywhere therefore holds nothing.
-3. Node usage of the candidates and the namespace's quota are read from the recorder (one
-   snapshot, in parallel); candidates the recorder does not know become failed nodes
-   ("node unregistered"), not errors.
+3. Node usage of the candidates and the namespace's quota are read: the quota from the
+   recorder, node usage from the node cache (see services.scheduler.node_cache for what it
+   reads directly and how stale it can be) or, without one, from the recorder (one snapshot,
+   in parallel); candidates the recorder does not know become failed nodes
+   ("node unregistered"), not errors. After a re-filter's release, the node the pod was
+   released from is read directly.
 4. ``fit_pod`` chooses the node and the GPUs (policies from the config; the pod's
    ``hami.io/node-scheduler-policy`` and ``hami.io/gpu-scheduler-policy`` win).
 5. The placement counts only once the recorder's ``Reserve`` stored it: Reserve re-checks
    capacity and quota atomically, so two scheduler replicas never hand out the same capacity.
-   When it refuses (another replica was faster), the snapshot is read again and the pod fitted
+   When it refuses (another replica was faster, or the cache had not seen a change yet), the
+   snapshot is read again — the refused node directly from the recorder — and the pod fitted
    again, up to ``reserve_attempts`` times; then the answer is ReservationConflict.
 
 The whole flow is the span ``scheduler.filter``, parented on the pod's ``hami.io/traceparent``;
@@ -34,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -65,6 +71,7 @@ from services.scheduler.convert import (
     PodDevices,
     Reservation,
 )
+from services.scheduler.node_cache import NodeCache, Snapshot
 
 _LOG = logging.getLogger(__name__)
 
@@ -139,11 +146,9 @@ class RecorderClient:
             f"{details or 'no details'}; the pod cannot be placed"
         )
 
-    def snapshot(
-        self, node_names: Sequence[str], namespace: str, timeout_s: float
-    ) -> tuple[tuple[NodeState, ...], tuple[str, ...], QuotaContext]:
+    def snapshot(self, node_names: Sequence[str], namespace: str, timeout_s: float) -> Snapshot:
         """The candidates' device usage, the unregistered candidates, and the namespace quota,
-        read in parallel."""
+        read in parallel (only the quota when ``node_names`` is empty)."""
         quota_future = self._stub.GetNamespaceUsage.future(
             convert.namespace_usage_request(namespace), timeout=timeout_s
         )
@@ -167,11 +172,12 @@ class RecorderClient:
         nodes, unknown = convert.node_states_from_pb(responses)
         return nodes, unknown, quota
 
-    def pod_is_stored(self, pod_uid: str, timeout_s: float) -> bool:
+    def stored_node(self, pod_uid: str, timeout_s: float) -> str | None:
+        """The node the pod is charged on ("" for none), or None when nothing is stored."""
         response = self._call(
             self._stub.GetPodUsage, convert.pod_usage_request(pod_uid), timeout_s
         )
-        return convert.pod_is_stored(response)
+        return convert.stored_node(response)
 
     def forget(self, pod_uid: str, timeout_s: float) -> None:
         self._call(self._stub.ForgetPod, convert.forget_pod_request(pod_uid), timeout_s)
@@ -202,7 +208,11 @@ class PodPlacer:
         usage_timeout_s: float = DEFAULT_USAGE_TIMEOUT_S,
         tracer: trace.Tracer | None = None,
         clock: Callable[[], float] = time.time,
+        node_cache: NodeCache | None = None,
     ) -> None:
+        """Args (beyond the config's): ``node_cache`` answers node usage when given (its own
+        direct reads go through its recorder client); without it every attempt reads the
+        candidates with ``recorder.snapshot``."""
         if reserve_attempts < 1:
             raise ValueError(f"reserve_attempts must be >= 1, got {reserve_attempts}")
         self._recorder = recorder
@@ -213,6 +223,7 @@ class PodPlacer:
         self.usage_timeout_s = usage_timeout_s
         self._tracer = tracer or trace.NoOpTracer()
         self._clock = clock
+        self._node_cache = node_cache
 
     @property
     def vendors(self) -> tuple[VendorResources, ...]:
@@ -257,6 +268,13 @@ class PodPlacer:
         record_decision(METRICS_SERVICE, _DECISIONS[outcome.reason], outcome.reason)
         return outcome
 
+    def _snapshot(
+        self, node_names: Sequence[str], namespace: str, timeout_s: float, refresh: Collection[str]
+    ) -> Snapshot:
+        if self._node_cache is None:
+            return self._recorder.snapshot(node_names, namespace, timeout_s)
+        return self._node_cache.snapshot(node_names, namespace, timeout_s, refresh=refresh)
+
     def _fit(self, pod: Pod, nodes: Sequence[NodeState], quota: QuotaContext | None) -> FitResult:
         return fit_pod(
             pod,
@@ -277,9 +295,15 @@ class PodPlacer:
                 NO_GPU_REQUEST,
                 f"{pass_through.message}; the extender keeps every candidate node",
             )
-        if self._recorder.pod_is_stored(pod.uid, timeout()):
+        # Nodes to read from the recorder even when the cache has them: its copy may not show
+        # a change this Filter just made or just lost a race to.
+        refresh: set[str] = set()
+        stored_on = self._recorder.stored_node(pod.uid, timeout())
+        if stored_on is not None:
             # A re-filter: HAMi releases the earlier placement before fitting again.
             self._recorder.forget(pod.uid, timeout())
+            if stored_on:
+                refresh.add(stored_on)
             span.add_event("released earlier reservation")
             _LOG.info(
                 "re-filter of pod %s: released its earlier reservation", pod.key,
@@ -290,7 +314,7 @@ class PodPlacer:
         fit: FitResult | None = None
         unknown: tuple[str, ...] = ()
         for attempt in range(1, self._attempts + 1):
-            nodes, unknown, quota = self._recorder.snapshot(node_names, pod.namespace, timeout())
+            nodes, unknown, quota = self._snapshot(node_names, pod.namespace, timeout(), refresh)
             fit = self._fit(pod, nodes, quota)
             if fit.node_name is None:
                 failed = convert.failed_nodes(fit, unknown)
@@ -316,6 +340,7 @@ class PodPlacer:
                     convert.hami_annotations(fit.grants, fit.node_name, int(self._clock())),
                 )
             refused = reservation
+            refresh.add(fit.node_name)
             span.add_event(
                 "reservation refused",
                 {

@@ -4,6 +4,7 @@
 * the merged usage the fit reports is exactly accounting.pod.collapse_grants of its grants;
 * the shared-state fit gives the same answers as the literal deep-copy fit (bench/naive_fit.py);
 * fit_pod agrees with fit_node on every node and does not depend on the order of the nodes;
+* moving one re-scored device (the fit's incremental device order) gives the full re-sort;
 * a GPU-less container changes nothing but the positions (HAMi #2899 and #3052).
 """
 
@@ -18,6 +19,8 @@ from accounting.fit import (
     USE_GPU_TYPE_ANNOTATION,
     NodeState,
     QuotaContext,
+    _device_order,
+    _reposition,
     fit_node,
     fit_pod,
 )
@@ -61,8 +64,10 @@ def devices(draw: st.DrawFn, uuid: str, index: int) -> DeviceState:
 
 
 @st.composite
-def nodes(draw: st.DrawFn, name: str = "node1") -> NodeState:
-    count = draw(st.integers(1, 4))
+def nodes(
+    draw: st.DrawFn, name: str = "node1", min_devices: int = 1, max_devices: int = 4
+) -> NodeState:
+    count = draw(st.integers(min_devices, max_devices))
     # Repeated indexes are allowed: the tie-break must still be deterministic.
     indexes = draw(st.lists(st.integers(0, 3), min_size=count, max_size=count))
     return NodeState(
@@ -221,3 +226,38 @@ def test_a_gpu_less_container_only_shifts_positions(
     before, after = fit_node(pod, node, quota=quota), fit_node(padded, node, quota=quota)
     assert (after.fits, after.reason, after.usage) == (before.fits, before.reason, before.usage)
     assert after.grants == (*before.grants[:where], (), *before.grants[where:])
+
+
+@PROPERTY_SETTINGS
+@given(pods(), nodes(min_devices=5, max_devices=8), gpu_policies, quotas)
+def test_fit_node_equals_the_naive_fit_on_nodes_of_up_to_eight_gpus(
+    pod: Pod, node: NodeState, gpu_policy: str, quota: QuotaContext | None
+) -> None:
+    # Wide nodes: a charged card can slide several places in the device order.
+    assert fit_node(pod, node, gpu_policy=gpu_policy, quota=quota) == naive_fit_node(
+        pod, node, gpu_policy=gpu_policy, quota=quota
+    )
+
+
+# Few distinct values, so equal scores (ties broken by the index order) are common.
+device_scores = st.lists(st.sampled_from([0.0, 1.5, 2.0, 7.25, 30.0]), min_size=1, max_size=8)
+
+
+@PROPERTY_SETTINGS
+@given(device_scores, st.data(), st.booleans())
+def test_repositioning_one_rescored_device_equals_the_full_sort(
+    scores: list[float], data: st.DataObject, binpack: bool
+) -> None:
+    count = len(scores)
+    index_descending = data.draw(st.permutations(range(count)))
+    rank = [0] * count
+    for place, p in enumerate(index_descending):
+        rank[p] = place
+    order = _device_order(index_descending, scores, binpack)
+    moved = data.draw(st.integers(0, count - 1))
+    rescored = list(scores)
+    rescored[moved] = data.draw(st.sampled_from([0.0, 1.5, 2.0, 7.25, 30.0, 45.0]))
+
+    _reposition(order, moved, rescored, rank, binpack)
+
+    assert order == _device_order(index_descending, rescored, binpack)

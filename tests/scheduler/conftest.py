@@ -25,9 +25,11 @@ from hami.accounting.v1 import (
 )
 from services.common import convert as common_convert
 from services.common.config import CommonConfig
+from services.common.server import ServerHandle, build_server
 from services.scheduler.__main__ import SchedulerDaemon
 from services.scheduler.__main__ import start as start_scheduler_daemon
 from services.scheduler.config import SchedulerConfig
+from services.scheduler.servicer import SERVICE_NAME, PodPlacer, SchedulerServicer
 from services.usage.__main__ import UsageRecorder
 from services.usage.__main__ import start as start_usage_recorder
 from services.usage.config import UsageConfig
@@ -130,6 +132,10 @@ class Scheduler:
     channel: grpc.Channel
     stub: scheduler_pb2_grpc.SchedulerStub
     spans: InMemorySpanExporter
+    sync: Callable[[], None] = lambda: None
+    """Waits until the scheduler's node cache has every change the recorder acknowledged, so
+    that a test's Filter sees what the test just recorded (staleness is node_cache's own
+    tests' subject, not every test's)."""
 
     @property
     def target(self) -> str:
@@ -143,6 +149,7 @@ class Scheduler:
         self, pod: Json, node_names: Sequence[str], *, encoding: str = "kubernetes_pod_json"
     ) -> scheduler_pb2.FilterResponse:
         """Filter with the pod as Kubernetes JSON, or typed (converted once by the parser)."""
+        self.sync()
         if encoding == "typed":
             typed = common_convert.pod_to_pb(kube_pod_parser.parse_pod(pod))
             request = scheduler_pb2.FilterRequest(pod=typed, node_names=list(node_names))
@@ -189,7 +196,25 @@ def start_scheduler(recorder: Recorder) -> Iterator[StartScheduler]:
             clock=lambda: FIXED_UNIX_S + 0.75,
         )
         channel = grpc.insecure_channel(app.target)
-        started = Scheduler(app, channel, scheduler_pb2_grpc.SchedulerStub(channel), exporter)
+
+        def sync() -> None:
+            cache = app.node_cache
+            if cache is None or options["usage_addr"] != recorder.target:
+                return
+            if recorder.app.handle.stopped:
+                return
+            store = recorder.app.store
+            revision = store.revision
+            # The initial state is one event per node and per namespace: with neither, no event
+            # carries the revision, and there is nothing to cache either.
+            if store.node_usage()[0] or store.namespaces():
+                assert cache.wait_for_revision(revision, RPC_TIMEOUT_S), (
+                    f"the node cache did not reach revision {revision}"
+                )
+
+        started = Scheduler(
+            app, channel, scheduler_pb2_grpc.SchedulerStub(channel), exporter, sync
+        )
         running.append(started)
         return started
 
@@ -197,6 +222,30 @@ def start_scheduler(recorder: Recorder) -> Iterator[StartScheduler]:
     for started in running:
         if not started.app.handle.stopped:
             started.stop()
+
+
+@pytest.fixture
+def serve_placer() -> Iterator[Callable[[PodPlacer], scheduler_pb2_grpc.SchedulerStub]]:
+    """Serves a hand-built ``PodPlacer`` (a test's own recorder client or node cache)."""
+    handles: list[tuple[ServerHandle, grpc.Channel]] = []
+
+    def serve(placer: PodPlacer) -> scheduler_pb2_grpc.SchedulerStub:
+        servicer = SchedulerServicer(placer)
+        handle = build_server(
+            service_names=[SERVICE_NAME],
+            register=lambda server: scheduler_pb2_grpc.add_SchedulerServicer_to_server(
+                servicer, server
+            ),
+            listen_addr="127.0.0.1:0",
+        )
+        channel = grpc.insecure_channel(handle.target)
+        handles.append((handle, channel))
+        return scheduler_pb2_grpc.SchedulerStub(channel)
+
+    yield serve
+    for handle, channel in handles:
+        channel.close()
+        handle.stop(0)
 
 
 @pytest.fixture

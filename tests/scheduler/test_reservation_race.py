@@ -1,16 +1,18 @@
 """Two schedulers racing for the same capacity: only the recorder's Reserve decides.
 
 The first test fires two real scheduler servers (one recorder) at the last 12 GiB of a card
-from two threads, several rounds. The others make the race deterministic: a recorder client
-whose snapshot is taken before a rival's reservation lands, so the scheduler's Reserve is
-refused and it must read again (then NoNodeFits), or keeps being refused (then, after the
-configured attempts, ReservationConflict). Either way exactly one pod is charged.
+from two threads, several rounds, with and without their WatchUsage node caches. The others
+make the race deterministic: a recorder client whose snapshot is taken before a rival's
+reservation lands, so the scheduler's Reserve is refused and it must read again (then
+NoNodeFits), or keeps being refused (then, after the configured attempts,
+ReservationConflict). Either way exactly one pod is charged. (test_node_cache makes the same
+race deterministic through a stale node cache.)
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -18,12 +20,9 @@ import pytest
 
 from accounting.fit import NodeState, QuotaContext
 from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc, usage_pb2
-from services.common.server import ServerHandle, build_server
 from services.scheduler.servicer import (
-    SERVICE_NAME,
     PodPlacer,
     RecorderClient,
-    SchedulerServicer,
 )
 from tests.scheduler.conftest import NS, RPC_TIMEOUT_S, Recorder, StartScheduler, bound_pod
 from tests.support.pods import allocation, app_container, gpu_device, kube_pod, to_json
@@ -45,11 +44,12 @@ def half_full_card(recorder: Recorder) -> None:
                               apps=[app_container("main", gpumem=HALF_MIB)]))
 
 
+@pytest.mark.parametrize("node_cache", ["watch", "off"])
 def test_two_schedulers_racing_for_the_last_12gi_reserve_it_once(
-    recorder: Recorder, start_scheduler: StartScheduler
+    recorder: Recorder, start_scheduler: StartScheduler, node_cache: str
 ) -> None:
     half_full_card(recorder)
-    schedulers = [start_scheduler(), start_scheduler()]
+    schedulers = [start_scheduler(node_cache=node_cache), start_scheduler(node_cache=node_cache)]
 
     for round_number in range(ROUNDS):
         pods = [half_card_pod(f"p{round_number}-{i}") for i in range(2)]
@@ -110,29 +110,6 @@ class StaleRecorder(RecorderClient):
         if self._always_stale:
             return self._stale
         return super().snapshot(node_names, namespace, timeout_s)
-
-
-@pytest.fixture
-def serve_placer() -> Iterator[Callable[[PodPlacer], scheduler_pb2_grpc.SchedulerStub]]:
-    handles: list[tuple[ServerHandle, grpc.Channel]] = []
-
-    def serve(placer: PodPlacer) -> scheduler_pb2_grpc.SchedulerStub:
-        servicer = SchedulerServicer(placer)
-        handle = build_server(
-            service_names=[SERVICE_NAME],
-            register=lambda server: scheduler_pb2_grpc.add_SchedulerServicer_to_server(
-                servicer, server
-            ),
-            listen_addr="127.0.0.1:0",
-        )
-        channel = grpc.insecure_channel(handle.target)
-        handles.append((handle, channel))
-        return scheduler_pb2_grpc.SchedulerStub(channel)
-
-    yield serve
-    for handle, channel in handles:
-        channel.close()
-        handle.stop(0)
 
 
 @pytest.mark.parametrize(

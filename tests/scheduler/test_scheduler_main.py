@@ -37,6 +37,7 @@ def test_defaults() -> None:
     assert (config.node_policy, config.gpu_policy) == ("binpack", "spread")
     assert (config.memory_factor, config.reserve_attempts) == (1, 3)
     assert config.usage_timeout_s == 2.0
+    assert config.node_cache == "watch"
 
 
 def test_every_variable() -> None:
@@ -49,6 +50,7 @@ def test_every_variable() -> None:
         "HAMI_ACCOUNTING_MEMORY_FACTOR": "4",
         "HAMI_ACCOUNTING_RESERVE_ATTEMPTS": "5",
         "HAMI_ACCOUNTING_USAGE_TIMEOUT_MS": "750",
+        "HAMI_ACCOUNTING_NODE_CACHE": "OFF",
     })
 
     assert config.common.listen_addr == "0.0.0.0:6002"
@@ -57,6 +59,7 @@ def test_every_variable() -> None:
     assert (config.node_policy, config.gpu_policy) == ("spread", "binpack")
     assert (config.memory_factor, config.reserve_attempts) == (4, 5)
     assert config.usage_timeout_s == 0.75
+    assert config.node_cache == "off"
 
 
 def test_every_problem_is_reported_at_once() -> None:
@@ -68,13 +71,15 @@ def test_every_problem_is_reported_at_once() -> None:
             "HAMI_ACCOUNTING_MEMORY_FACTOR": "0",
             "HAMI_ACCOUNTING_RESERVE_ATTEMPTS": "0",
             "HAMI_ACCOUNTING_USAGE_TIMEOUT_MS": "soon",
+            "HAMI_ACCOUNTING_NODE_CACHE": "sometimes",
         })
 
     text = str(caught.value)
     for name in ("USAGE_ADDR", "NODE_SCHEDULER_POLICY", "GPU_SCHEDULER_POLICY", "MEMORY_FACTOR",
-                 "RESERVE_ATTEMPTS", "USAGE_TIMEOUT_MS"):
+                 "RESERVE_ATTEMPTS", "USAGE_TIMEOUT_MS", "NODE_CACHE"):
         assert f"HAMI_ACCOUNTING_{name}" in text
     assert "must be one of binpack, spread, got 'mutex'" in text
+    assert "must be one of off, watch, got 'sometimes'" in text
 
 
 def test_flags_map_one_to_one_to_the_variables(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,6 +98,7 @@ def test_flags_map_one_to_one_to_the_variables(monkeypatch: pytest.MonkeyPatch) 
         "--listen", "127.0.0.1:7002", "--usage-addr", "10.0.0.1:50053", "--metrics", "off",
         "--node-policy", "spread", "--gpu-policy", "binpack", "--memory-factor", "2",
         "--reserve-attempts", "4", "--usage-timeout-ms", "500", "--log-level", "warning",
+        "--node-cache", "off",
     ])
 
     assert code == 1
@@ -102,6 +108,7 @@ def test_flags_map_one_to_one_to_the_variables(monkeypatch: pytest.MonkeyPatch) 
     assert config.common.metrics_addr is None
     assert (config.node_policy, config.gpu_policy) == ("spread", "binpack")
     assert (config.memory_factor, config.reserve_attempts, config.usage_timeout_ms) == (2, 4, 500)
+    assert config.node_cache == "off"
     assert config.common.log_level == levels[0] == "WARNING"
 
 

@@ -1,0 +1,325 @@
+"""The scheduler's copy of every node's device state, fed by the recorder's WatchUsage stream.
+
+Layer: services/scheduler (adapter). With ``HAMI_ACCOUNTING_NODE_CACHE=watch`` (the default)
+``NodeCache`` keeps one ``NodeState`` per registered node — built once per change, in a
+background thread, not once per Filter — from ``WatchUsage(send_initial_state=True)``: a
+SNAPSHOT event per node, then each change. Every event that concerns a node carries the node's
+full state after the change (``UsageEvent.node``), so an event replaces the node's entry; there
+is nothing to merge and no GetNodeUsage call per event.
+
+``snapshot`` answers the same question as ``RecorderClient.snapshot`` (the candidates' states,
+the unregistered candidates, the namespace quota) from the copy, and reads directly with
+``GetNodeUsage`` (batched, in parallel with the quota read) only the candidates the copy cannot
+answer for:
+
+* every candidate while no stream is open (before the first connection, after a failure, until
+  the reconnection — with backoff — delivers events again): the cache is then off and Filter
+  works exactly as with ``HAMI_ACCOUNTING_NODE_CACHE=off``;
+* a node the stream has not described yet (the initial state is still arriving);
+* a node whose event carried no devices: WatchUsage sends the same empty ``NodeUsage`` for a
+  node that was dropped, a node that never was registered but has pods charged on it, and a
+  node registered with an empty inventory, so only a direct read tells them apart;
+* the nodes the caller names in ``refresh`` (the node a lost reservation was refused on, the
+  node a re-filtered pod was released from).
+
+A direct read's answer is kept — including "not registered", so that candidates without GPUs
+(which the recorder never learns of) are not read again on every Filter — when it cannot be
+older than what the stream delivers: the read started after the current stream delivered its
+first event (the recorder had subscribed it, so every later change arrives as an event), and no
+event about that node was applied since the read started.
+
+How stale the copy can be: by one event's propagation delay while the stream is up (the
+recorder queues the event when it commits the change, before it answers the writer; the stream
+delivers it, typically well under a millisecond on a local network, more under load). A stream
+that dies silently is bounded by ``stream_lifetime_s``: each stream carries that deadline and is
+re-opened, with a fresh initial state, when it expires; the copy is dropped whenever a stream
+ends and rebuilt from the next one's initial state, never served from a dead stream.
+
+Staleness never double-allocates: a placement counts only once the recorder's ``Reserve``
+stored it, and Reserve re-checks capacity and quota atomically against the recorder's own state
+(ARCHITECTURE §5). A stale copy can cost a refused reservation and a retry (the refused node is
+then read directly), a placement a binpack/spread ordering would not quite have chosen (Reserve
+only asks that it fits), or a NoNodeFits for capacity freed within the last propagation delay —
+the same as a direct read taken that much earlier.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Collection, Sequence
+from typing import Literal, Protocol
+
+import grpc
+
+from accounting.fit import NodeState, QuotaContext
+from hami.accounting.v1 import usage_pb2, usage_pb2_grpc
+from services.scheduler import convert
+
+_LOG = logging.getLogger(__name__)
+
+DEFAULT_STREAM_LIFETIME_S = 300.0
+"""Deadline of one WatchUsage stream; it is re-opened (with a fresh initial state) when it
+expires. Bounds how long a connection that died without an error can go unnoticed; each
+re-open re-sends every node, so it is longer than the admission cache's (which holds only
+namespaces)."""
+_RETRY_INITIAL_S = 0.2
+_RETRY_MAX_S = 5.0
+
+
+class _Unknown(enum.Enum):
+    NODE = "unknown"
+
+
+_UNKNOWN = _Unknown.NODE
+"""A name the copy has no answer for: read it directly."""
+
+_Entry = NodeState | None
+"""A node's state, or None for a name the recorder does not have registered."""
+Snapshot = tuple[tuple[NodeState, ...], tuple[str, ...], QuotaContext]
+"""(registered candidates, unregistered candidates, the namespace quota), in candidate order."""
+
+
+class DirectReader(Protocol):
+    """What the cache needs from the recorder client (``RecorderClient`` is one)."""
+
+    @property
+    def target(self) -> str:
+        """The recorder's address, for logs."""
+        ...
+
+    def snapshot(self, node_names: Sequence[str], namespace: str, timeout_s: float) -> Snapshot:
+        """Reads ``node_names`` (possibly none) and the namespace quota directly.
+
+        Raises:
+            DependencyUnavailableError: the recorder cannot be reached.
+        """
+        ...
+
+
+class NodeCache:
+    """Node states fed by WatchUsage, with direct reads where it cannot answer (module doc)."""
+
+    def __init__(
+        self,
+        direct: DirectReader,
+        watch_channel: grpc.Channel,
+        *,
+        stream_lifetime_s: float = DEFAULT_STREAM_LIFETIME_S,
+    ) -> None:
+        self._direct = direct
+        self._watch_channel = watch_channel
+        self._stub = usage_pb2_grpc.UsageRecorderStub(watch_channel)
+        self._stream_lifetime_s = stream_lifetime_s
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        # Replaced, never cleared, when a stream ends: a Filter still reading the old dict
+        # keeps a consistent (if stale) view and its answers are not stored into the new one.
+        self._nodes: dict[str, _Entry] = {}
+        self._touched: dict[str, int] = {}
+        """Node name -> value of ``_applied`` when an event about it was last applied."""
+        self._applied = 0
+        self._receiving = False
+        """The current stream has delivered an event: the recorder has subscribed it."""
+        self._live = False
+        self._generation = 0
+        self._revision = -1
+        """Revision of the last event applied on the current stream (-1: none yet)."""
+        self._call: grpc.CallIterator[usage_pb2.UsageEvent] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="scheduler-node-watch", daemon=True
+        )
+
+    @property
+    def target(self) -> str:
+        return self._direct.target
+
+    @property
+    def live(self) -> bool:
+        """True while a watch stream is open (the copy is then used)."""
+        with self._lock:
+            return self._live
+
+    def cached(self) -> dict[str, NodeState | None]:
+        """A copy of what the cache holds: node name -> state, None for "not registered"."""
+        with self._lock:
+            return dict(self._nodes)
+
+    def start(self) -> NodeCache:
+        self._thread.start()
+        return self
+
+    def wait_for_revision(self, revision: int, timeout_s: float) -> bool:
+        """Waits until the open stream has applied an event of ``revision`` or later (tests;
+        the recorder's revision is ``UsageStore.revision``). Every entry the cache holds then
+        shows at least that revision; nodes whose initial state (all of it carries the
+        subscription's revision) has not arrived yet are still read directly."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: self._live and self._revision >= revision, timeout_s
+            )
+
+    def close(self) -> None:
+        """Ends the stream and its thread and closes the watch channel (idempotent)."""
+        self._stop.set()
+        with self._lock:
+            call = self._call
+        if call is not None:
+            call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leave it untyped
+        if self._thread.is_alive():
+            self._thread.join(timeout=5.0)
+        self._watch_channel.close()
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def snapshot(
+        self,
+        node_names: Sequence[str],
+        namespace: str,
+        timeout_s: float,
+        *,
+        refresh: Collection[str] = (),
+    ) -> Snapshot:
+        """The candidates' states from the copy, the rest (and ``refresh``) read directly.
+
+        Raises:
+            DependencyUnavailableError: the recorder cannot be reached (the quota is always read
+                directly, so this holds even when every node is cached).
+        """
+        with self._lock:
+            live = self._live
+            nodes = self._nodes
+            generation = self._generation
+            started = self._applied if self._receiving else None
+        if not live:
+            return self._direct.snapshot(node_names, namespace, timeout_s)
+        get = nodes.get
+        entries: list[_Entry | Literal[_Unknown.NODE]] = [
+            get(name, _UNKNOWN) for name in node_names
+        ]
+        if refresh:
+            entries = [
+                _UNKNOWN if name in refresh else entry
+                for name, entry in zip(node_names, entries, strict=True)
+            ]
+        missing = [
+            name for name, entry in zip(node_names, entries, strict=True) if entry is _UNKNOWN
+        ]
+        read, unregistered, quota = self._direct.snapshot(missing, namespace, timeout_s)
+        if not missing:
+            states = tuple(entry for entry in entries if isinstance(entry, NodeState))
+            unknown = tuple(
+                name for name, entry in zip(node_names, entries, strict=True) if entry is None
+            )
+            return states, unknown, quota
+        self._keep(read, unregistered, generation, started)
+        by_name: dict[str, _Entry] = {node.node_name: node for node in read}
+        states_list: list[NodeState] = []
+        unknown_list: list[str] = []
+        for name, entry in zip(node_names, entries, strict=True):
+            if entry is _UNKNOWN:
+                entry = by_name.get(name)
+            if entry is None:
+                unknown_list.append(name)
+            else:
+                states_list.append(entry)
+        return tuple(states_list), tuple(unknown_list), quota
+
+    def _keep(
+        self,
+        read: Sequence[NodeState],
+        unregistered: Sequence[str],
+        generation: int,
+        started: int | None,
+    ) -> None:
+        """Stores a direct read where it cannot be older than the stream (module docstring)."""
+        if started is None:
+            return
+        with self._lock:
+            if self._generation != generation:
+                return
+            touched = self._touched
+            nodes = self._nodes
+            for node in read:
+                if touched.get(node.node_name, 0) <= started:
+                    nodes[node.node_name] = node
+            for name in unregistered:
+                if touched.get(name, 0) <= started:
+                    nodes[name] = None
+
+    # -- the watch thread ------------------------------------------------------------------------
+
+    def _reset(self, live: bool) -> None:
+        with self._lock:
+            self._nodes = {}
+            self._touched = {}
+            self._applied = 0
+            self._receiving = False
+            self._revision = -1
+            self._generation += 1
+            self._live = live
+            self._changed.notify_all()
+
+    def _run(self) -> None:
+        retry_s = _RETRY_INITIAL_S
+        while not self._stop.is_set():
+            call = self._stub.WatchUsage(
+                usage_pb2.WatchUsageRequest(send_initial_state=True),
+                timeout=self._stream_lifetime_s,
+            )
+            with self._lock:
+                self._call = call
+            if self._stop.is_set():
+                call.cancel()  # type: ignore[no-untyped-call]
+                break
+            self._reset(live=True)
+            try:
+                for event in call:
+                    self._apply(event)
+                    retry_s = _RETRY_INITIAL_S
+                # The recorder ended the stream (it is shutting down): reconnect.
+                planned = False
+            except grpc.RpcError as error:
+                code = error.code() if callable(getattr(error, "code", None)) else None
+                planned = code == grpc.StatusCode.DEADLINE_EXCEEDED
+                if not planned and not self._stop.is_set():
+                    _LOG.warning(
+                        "node usage watch stream to %s failed (%s); reading node usage directly "
+                        "until it is back",
+                        self.target,
+                        code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN",
+                    )
+            except Exception:
+                # A bug must not end the thread: the cache would silently stay off.
+                planned = False
+                _LOG.exception("node usage watch stream to %s broke; reconnecting", self.target)
+            finally:
+                self._reset(live=False)
+                with self._lock:
+                    self._call = None
+            if not planned:
+                self._stop.wait(retry_s)
+                retry_s = min(retry_s * 2, _RETRY_MAX_S)
+
+    def _apply(self, event: usage_pb2.UsageEvent) -> None:
+        state: NodeState | None = None
+        name = ""
+        if event.HasField("node"):
+            name = event.node.node_name
+            # Built outside the lock: Filters keep reading meanwhile.
+            if event.node.devices:
+                state = convert.node_state_from_pb(event.node)
+        with self._lock:
+            self._receiving = True
+            if name:
+                self._applied += 1
+                self._touched[name] = self._applied
+                if state is None:
+                    # Dropped, never registered, or registered without devices: ask directly.
+                    self._nodes.pop(name, None)
+                else:
+                    self._nodes[name] = state
+            self._revision = event.revision
+            self._changed.notify_all()
