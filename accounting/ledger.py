@@ -4,10 +4,30 @@ Layer: accounting (pure, in memory, not thread-safe: the usage recorder's store 
 access and journals every change). Every change is applied as a delta between the old and the
 new stored value of one pod, so add and remove are symmetric, totals never go negative, and
 replaying an update changes nothing.
+
+Tombstones. Kubernetes never reuses a pod uid, so a forgotten uid is remembered: a RecordPod that
+arrives after the ForgetPod (a late or retried informer update, or a delete seen before its add)
+changes nothing and answers ``Forgotten``. The ledger keeps the most recent
+``DEFAULT_MAX_TOMBSTONES`` forgotten uids and drops the oldest beyond that. The bound is safe
+because a late update is late by seconds or minutes (an informer retry or resync, a reordered
+delivery), while a uid drops out only after 100,000 later deletions. Should an update older than
+that still arrive, the pod is charged again as before tombstones existed, until a ForgetPod (or,
+with the Kubernetes source, the next re-list) releases it.
+
+Reserve and tombstones. ForgetPod carries only a uid, and it has two callers: the informer (the
+pod is deleted) and the scheduler, which releases a pod's reservation before it filters the pod
+again (HAMi's re-filter). The ledger tells them apart by what was stored: forgetting a uid with
+nothing stored can only be a delete (the scheduler releases only what it found stored), so that
+tombstone refuses Reserve (``PodForgotten``) as well as RecordPod. Forgetting a stored pod leaves
+a tombstone that refuses RecordPod only, so the re-filter's Reserve can store the pod again;
+a later forget of the same uid with nothing stored (the delete) hardens it.
 """
 
 from __future__ import annotations
 
+import bisect
+import collections
+import dataclasses
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +46,23 @@ from accounting.model import (
 from accounting.pod import effective_usage
 from accounting.quota import check_usage
 
+DEFAULT_MAX_TOMBSTONES = 100_000
+"""Forgotten uids remembered (the most recent ones); see the module docstring for the bound."""
+
+
+@dataclass(frozen=True, slots=True)
+class TombstoneChange:
+    """A tombstone written by a forget: the uid, its new kind, and what it replaced."""
+
+    uid: str
+    reservable: bool
+    """True: refuses RecordPod only (a stored pod was forgotten, perhaps a released reservation);
+    False: refuses Reserve too (forgotten with nothing stored: a delete)."""
+    previous: bool | None
+    """The kind it had before (None: the uid was not remembered)."""
+    evicted: tuple[tuple[str, bool], ...] = ()
+    """The oldest tombstones dropped to keep the bound, oldest first, with their kinds."""
+
 
 @dataclass(frozen=True, slots=True)
 class LedgerChange:
@@ -33,6 +70,8 @@ class LedgerChange:
 
     before: StoredPod | None
     after: StoredPod | None
+    tombstone: TombstoneChange | None = None
+    """Set by ``forget`` when the uid's tombstone was written (new or hardened)."""
 
     @property
     def namespace(self) -> str:
@@ -82,14 +121,31 @@ class ReserveReason:
     INSUFFICIENT_CORE = "CardInsufficientCore"
     SLOTS_EXHAUSTED = "CardTimeSlicingExhausted"
     NO_GRANTS = "NoGrants"
+    POD_FORGOTTEN = "PodForgotten"
 
 
 class Ledger:
     """Per-pod stored usage with node and namespace totals kept by deltas."""
 
-    def __init__(self, vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,)) -> None:
+    def __init__(
+        self,
+        vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
+        *,
+        max_tombstones: int = DEFAULT_MAX_TOMBSTONES,
+    ) -> None:
+        if max_tombstones < 1:
+            raise ValueError(f"max_tombstones must be >= 1, got {max_tombstones}")
         self._vendors = {v.vendor: v for v in vendors}
         self._pods: dict[str, StoredPod] = {}
+        # node -> uids of the pods stored there, sorted. A list per node rather than a set: a
+        # set of 8 uids takes 728 bytes, the list 120, and GetNodeUsage wants them sorted.
+        self._node_pods: dict[str, list[str]] = {}
+        # uid -> reservable (see TombstoneChange), and the uids oldest first. A deque for the
+        # order because popping a dict's first key again and again is not O(1): the deleted
+        # slots at its front are scanned until the next resize.
+        self._tombstones: dict[str, bool] = {}
+        self._tombstone_order: collections.deque[str] = collections.deque()
+        self.max_tombstones = max_tombstones
         # node -> uuid -> [memory_mib, core_percent, slots]
         self._node_used: dict[str, dict[str, list[int]]] = {}
         # namespace -> resource -> used
@@ -130,11 +186,32 @@ class Ledger:
         )
 
     def node_pod_uids(self, node_name: str) -> tuple[str, ...]:
-        return tuple(sorted(uid for uid, p in self._pods.items() if p.node_name == node_name))
+        """UIDs of the pods stored on a node (registered or not), sorted."""
+        return tuple(self._node_pods.get(node_name, ()))
+
+    def pod_node_names(self) -> tuple[str, ...]:
+        """Names of the nodes pods are stored on ("" for pods recorded without a node)."""
+        return tuple(self._node_pods)
 
     def node_usage(self, node_name: str) -> dict[str, tuple[int, int, int]]:
         """uuid -> (memory_mib, core_percent, slots) charged on a node, registered or not."""
         return {uuid: (v[0], v[1], v[2]) for uuid, v in self._node_used.get(node_name, {}).items()}
+
+    def node_totals(self, node_name: str) -> tuple[int, int]:
+        """(memory_mib, core_percent) charged on a node over all its devices."""
+        memory = cores = 0
+        for vector in self._node_used.get(node_name, {}).values():
+            memory += vector[0]
+            cores += vector[1]
+        return memory, cores
+
+    def is_forgotten(self, uid: str) -> bool:
+        """True when the uid has a tombstone (it was forgotten and is still remembered)."""
+        return uid in self._tombstones
+
+    def tombstones(self) -> tuple[tuple[str, bool], ...]:
+        """(uid, reservable) of every remembered forgotten uid, oldest first."""
+        return tuple((uid, self._tombstones[uid]) for uid in self._tombstone_order)
 
     def namespaces(self) -> tuple[str, ...]:
         return tuple(sorted(set(self._namespace_used) | set(self._limits)))
@@ -150,18 +227,34 @@ class Ledger:
             for resource in sorted(set(used) | set(limits))
         }
 
+    def namespace_used(self, namespace: str, resource: str) -> int:
+        """What a namespace uses of one resource (``nvidia.com/gpumem``); 0 when nothing."""
+        return self._namespace_used.get(namespace, {}).get(resource, 0)
+
     def limits(self, namespace: str) -> dict[str, int]:
         return dict(self._limits.get(namespace, {}))
 
     # -- changes ---------------------------------------------------------------------------
 
     def record(self, pod: Pod) -> RecordOutcome:
-        """Applies the lifecycle rules to a pod's current state (idempotent upsert)."""
+        """Applies the lifecycle rules to a pod's current state (idempotent upsert).
+
+        A forgotten uid with nothing stored answers ``Forgotten`` and changes nothing, before
+        any other check: the update is about a pod that no longer exists.
+        """
+        previous = self._pods.get(pod.uid)
+        if previous is None and pod.uid in self._tombstones:
+            return RecordOutcome(
+                Decision.FORGOTTEN,
+                f"pod {pod.uid} was forgotten (deleted) earlier; a late or repeated update "
+                "charges nothing (Kubernetes never reuses a uid)",
+                None,
+                LedgerChange(None, None),
+            )
         if not pod.phase.is_terminal:
             # A terminal update only releases; it must go through even if the node's inventory
             # lost the device meanwhile.
             self._check_grants_on_node(pod)
-        previous = self._pods.get(pod.uid)
         decision = decide(pod, previous)
         change = self._apply(previous, decision.stored)
         overcommitted = self._overcommitted(decision.stored) if change.changed else ()
@@ -172,32 +265,95 @@ class Ledger:
     def _overcommitted(self, stored: StoredPod | None) -> tuple[str, ...]:
         if stored is None or not stored.usage:
             return ()
-        states = self.node_states(stored.node_name) or ()
+        devices = self._nodes.get(stored.node_name)
+        used = self._node_used.get(stored.node_name)
+        if not devices or not used:
+            return ()
+        # Only the pod's own devices, in inventory order; runs on every recorded change.
         mine = {u.uuid for u in stored.usage}
-        return tuple(
-            state.device.uuid
-            for state in states
-            if state.device.uuid in mine
-            and (
-                state.memory_used_mib > state.device.memory_total_mib
-                or state.cores_used > state.device.cores_total
-                or state.slots_used > state.device.slots_total
-            )
-        )
+        over = []
+        for device in devices:
+            if device.uuid in mine:
+                vector = used.get(device.uuid)
+                if vector is not None and (
+                    vector[0] > device.memory_total_mib
+                    or vector[1] > device.cores_total
+                    or vector[2] > device.slots_total
+                ):
+                    over.append(device.uuid)
+        return tuple(over)
 
     def forget(self, uid: str) -> LedgerChange:
-        """Releases exactly what is stored for a pod (shrunk or not) and forgets it."""
+        """Releases exactly what is stored for a pod (shrunk or not), forgets it, and writes
+        its tombstone (see the module docstring for the two kinds)."""
+        before = self._pods.get(uid)
+        change = self._apply(before, None)
+        tombstone = self._bury(uid, reservable=before is not None)
+        return change if tombstone is None else LedgerChange(before, None, tombstone)
+
+    def drop(self, uid: str) -> LedgerChange:
+        """Releases what is stored for a pod without a tombstone: only to undo a change that
+        stored it and was never acknowledged (its journal write failed)."""
         return self._apply(self._pods.get(uid), None)
+
+    def _bury(self, uid: str, reservable: bool) -> TombstoneChange | None:
+        """Writes a tombstone, evicting the oldest beyond the bound; None when nothing changed.
+
+        A tombstone only ever hardens (reservable -> not), in place: its age is the first forget.
+        """
+        tombstones = self._tombstones
+        previous = tombstones.get(uid)
+        if previous is not None:
+            if not previous or reservable:
+                return None
+            tombstones[uid] = False
+            return TombstoneChange(uid, False, previous)
+        tombstones[uid] = reservable
+        self._tombstone_order.append(uid)
+        evicted: list[tuple[str, bool]] = []
+        while len(tombstones) > self.max_tombstones:
+            oldest = self._tombstone_order.popleft()
+            evicted.append((oldest, tombstones.pop(oldest)))
+        return TombstoneChange(uid, reservable, None, tuple(evicted))
+
+    def undo_tombstone(self, change: TombstoneChange) -> None:
+        """Puts the tombstones back as they were before ``change`` (a journal write failed)."""
+        if change.previous is not None:
+            self._tombstones[change.uid] = change.previous
+            return
+        del self._tombstones[change.uid]
+        self._tombstone_order.pop()  # the newest: the uid ``change`` added
+        for uid, reservable in reversed(change.evicted):
+            self._tombstones[uid] = reservable
+            self._tombstone_order.appendleft(uid)
+
+    def restore_tombstones(self, tombstones: Iterable[tuple[str, bool]]) -> None:
+        """Loads remembered uids (uid, reservable), oldest first (journal recovery), into a
+        ledger without tombstones; beyond the bound only the most recent are kept."""
+        if self._tombstones:
+            raise ValueError("restore_tombstones needs a ledger without tombstones")
+        for uid, reservable in tombstones:
+            if uid not in self._tombstones:
+                self._tombstone_order.append(uid)
+            self._tombstones[uid] = reservable
+        while len(self._tombstones) > self.max_tombstones:
+            del self._tombstones[self._tombstone_order.popleft()]
 
     def restore(self, stored: StoredPod) -> LedgerChange:
         """Puts a stored value back as it was acknowledged (journal replay)."""
         return self._apply(self._pods.get(stored.uid), stored)
 
-    def restore_all(self, stored_pods: Iterable[StoredPod]) -> int:
+    def restore_all(self, stored_pods: Iterable[StoredPod], *, interned: bool = False) -> int:
         """Loads acknowledged pods into an empty ledger in one pass (journal recovery).
 
         Equivalent to restore() per pod, without per-pod delta bookkeeping: totals are summed
         directly, which keeps recovery of 100,000 pods well inside a second or two.
+
+        Args:
+            stored_pods: the pods, in the order they were first stored.
+            interned: the caller already shares the strings and usage tuples that repeat
+                (namespace, node, UUID, type; see ``_interned``), as the journal's loader does:
+                the pods are kept as given instead of being rebuilt.
         """
         if self._pods:
             raise ValueError("restore_all needs an empty ledger; use restore() per pod")
@@ -207,29 +363,42 @@ class Ledger:
         }
         node_used = self._node_used
         namespace_used = self._namespace_used
+        node_pods = self._node_pods
         pods = self._pods
         # Many pods carry equal usage: share one interned tuple per distinct value.
         usage_pool: dict[tuple[DeviceUsage, ...], tuple[DeviceUsage, ...]] = {}
         for stored in stored_pods:
-            usage = usage_pool.get(stored.usage)
-            if usage is None:
-                usage = usage_pool[stored.usage] = _interned_usage(stored.usage)
-            stored = StoredPod(
-                stored.uid,
-                sys.intern(stored.namespace),
-                stored.name,
-                sys.intern(stored.node_name),
-                usage,
-                stored.init_released,
-                stored.terminal,
-                stored.init_progress,
-                stored.init_restarts,
-            )
+            if not interned:
+                usage = usage_pool.get(stored.usage)
+                if usage is None:
+                    usage = usage_pool[stored.usage] = _interned_usage(stored.usage)
+                stored = StoredPod(
+                    stored.uid,
+                    sys.intern(stored.namespace),
+                    stored.name,
+                    sys.intern(stored.node_name),
+                    usage,
+                    stored.init_released,
+                    stored.terminal,
+                    stored.init_progress,
+                    stored.init_restarts,
+                )
+            if stored.uid in pods:
+                raise ValueError(f"restore_all: pod {stored.uid} appears twice")
             pods[stored.uid] = stored
+            uids = node_pods.get(stored.node_name)
+            if uids is None:
+                node_pods[stored.node_name] = [stored.uid]
+            else:
+                uids.append(stored.uid)
             if not stored.usage:
                 continue
-            node = node_used.setdefault(stored.node_name, {})
-            namespace = namespace_used.setdefault(stored.namespace, {})
+            node = node_used.get(stored.node_name)
+            if node is None:
+                node = node_used[stored.node_name] = {}
+            namespace = namespace_used.get(stored.namespace)
+            if namespace is None:
+                namespace = namespace_used[stored.namespace] = {}
             for entry in stored.usage:
                 vector = node.get(entry.uuid)
                 if vector is None:
@@ -243,6 +412,8 @@ class Ledger:
                     namespace[names[0]] = namespace.get(names[0], 0) + entry.memory_mib
                     namespace[names[1]] = namespace.get(names[1], 0) + entry.core_percent
                     namespace[names[2]] = namespace.get(names[2], 0) + 1
+        for uids in node_pods.values():
+            uids.sort()
         # Keep the invariant of _add_to_totals: no zero entries.
         for node_name in [n for n, used in node_used.items() if not used]:
             del node_used[node_name]
@@ -261,8 +432,18 @@ class Ledger:
         """Atomically re-checks capacity and quota for the pod's grants on a node, then records.
 
         A reservation that exists for the same pod (a re-filter) is replaced: its usage does not
-        count against the new placement. Refusals change nothing.
+        count against the new placement. Refusals change nothing. A uid forgotten with nothing
+        stored (a delete) is refused with ``PodForgotten`` before any other check.
         """
+        if pod.uid not in self._pods and self._tombstones.get(pod.uid) is False:
+            return ReserveOutcome(
+                False,
+                ReserveReason.POD_FORGOTTEN,
+                f"pod {pod.uid} was deleted (forgotten before it was stored); nothing reserved "
+                "(Kubernetes never reuses a uid)",
+                None,
+                None,
+            )
         if not pod.has_grants:
             return ReserveOutcome(
                 False, ReserveReason.NO_GRANTS, "the pod has no grants to reserve", None, None
@@ -290,7 +471,12 @@ class Ledger:
 
     def register_node(self, node_name: str, devices: Sequence[Device]) -> None:
         """Registers or replaces a node's inventory; usage charged on it is kept."""
-        self._nodes[node_name] = tuple(devices)
+        # Interned UUIDs: the pods' usage (interned too) then shares them instead of copies.
+        self._nodes[sys.intern(node_name)] = tuple(
+            device if sys.intern(device.uuid) is device.uuid
+            else dataclasses.replace(device, uuid=sys.intern(device.uuid))
+            for device in devices
+        )
         self.revision += 1
 
     def forget_node(self, node_name: str) -> None:
@@ -407,8 +593,26 @@ class Ledger:
         if after is not None:
             self._add_to_totals(after, sign=+1)
             self._pods[after.uid] = after
+        if before is None or after is None or before.node_name != after.node_name:
+            if before is not None:
+                self._unindex(before)
+            if after is not None:
+                self._index(after)
         self.revision += 1
         return LedgerChange(before, after)
+
+    def _index(self, stored: StoredPod) -> None:
+        uids = self._node_pods.get(stored.node_name)
+        if uids is None:
+            self._node_pods[stored.node_name] = [stored.uid]
+        else:
+            bisect.insort(uids, stored.uid)
+
+    def _unindex(self, stored: StoredPod) -> None:
+        uids = self._node_pods[stored.node_name]
+        del uids[bisect.bisect_left(uids, stored.uid)]
+        if not uids:
+            del self._node_pods[stored.node_name]
 
     def _add_to_totals(self, stored: StoredPod, sign: int) -> None:
         node = self._node_used.setdefault(stored.node_name, {})

@@ -54,6 +54,9 @@ class Decision(enum.Enum):
     """The pod reached a terminal phase: nothing is stored any more."""
     NOT_TRACKED = "NotTracked"
     """The pod carries no device allocation; it is not accounted."""
+    FORGOTTEN = "Forgotten"
+    """The pod's uid was forgotten (deleted) before: a late or retried update charges nothing.
+    Decided by the ledger, which keeps the tombstones; ``decide`` never returns it."""
 
 
 @dataclass(frozen=True, slots=True)

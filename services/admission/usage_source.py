@@ -100,7 +100,11 @@ class RecorderUsageSource:
     def namespace_items(self, namespace: str) -> QuotaItems:
         try:
             response = self._stub.GetNamespaceUsage(
-                usage_pb2.GetNamespaceUsageRequest(namespace=namespace), timeout=self._timeout_s
+                usage_pb2.GetNamespaceUsageRequest(namespace=namespace),
+                timeout=self._timeout_s,
+                # Wait out a reconnect (the recorder restarting or starting after us) within
+                # the deadline instead of failing at once while the channel backs off.
+                wait_for_ready=True,
             )
         except grpc.RpcError as error:
             # Every failure means the same thing here: the usage is unknown, so the quota

@@ -252,7 +252,15 @@ def client_channel(
     With ``tls``, the server is verified against its CA (the system roots when the CA is None)
     and the daemon's own certificate is presented (needed when the server runs mutual TLS).
     """
-    options = _message_options(max_message_bytes)
+    options = [
+        *_message_options(max_message_bytes),
+        # gRPC's default reconnect backoff grows to 120 s: a daemon started before the recorder
+        # (a rollout, a recorder restart) would answer UNAVAILABLE for minutes after the recorder
+        # is back. Retry the connection at most every 2 s instead.
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 2000),
+    ]
     if tls is None:
         channel = grpc.insecure_channel(target, options=options)
     else:

@@ -131,7 +131,9 @@ class RecorderClient:
 
     def _call(self, method: Any, request: Any, timeout_s: float) -> Any:
         try:
-            return method(request, timeout=timeout_s)
+            # Wait out a reconnect within the deadline rather than fail while the channel backs
+            # off (the recorder restarting, or starting after this daemon).
+            return method(request, timeout=timeout_s, wait_for_ready=True)
         except grpc.RpcError as error:
             raise self._mapped(error) from None
 
@@ -150,12 +152,13 @@ class RecorderClient:
         """The candidates' device usage, the unregistered candidates, and the namespace quota,
         read in parallel (only the quota when ``node_names`` is empty)."""
         quota_future = self._stub.GetNamespaceUsage.future(
-            convert.namespace_usage_request(namespace), timeout=timeout_s
+            convert.namespace_usage_request(namespace), timeout=timeout_s, wait_for_ready=True
         )
         node_futures = [
             self._stub.GetNodeUsage.future(
                 convert.node_usage_request(node_names[start : start + self._node_batch]),
                 timeout=timeout_s,
+                wait_for_ready=True,
             )
             for start in range(0, len(node_names), self._node_batch)
         ]

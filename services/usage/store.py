@@ -7,6 +7,10 @@ committed to the journal, published to watchers. If the journal write fails, the
 is undone before the lock is released and the caller gets ``DependencyUnavailableError``
 (UNAVAILABLE): nothing acknowledged is lost, nothing unacknowledged is half-applied.
 
+Forgotten uids are remembered (the ledger's tombstones, journaled with the change that forgets
+the pod): a RecordPod or Reserve arriving after ForgetPod answers ``Forgotten`` /
+``PodForgotten`` and changes nothing, also after a restart.
+
 Watchers get bounded queues. A writer never waits for a watcher: a watcher whose queue is full
 is dropped and told so (the stream then ends with RESOURCE_EXHAUSTED and the client re-watches
 with the initial state).
@@ -16,16 +20,18 @@ from __future__ import annotations
 
 import collections
 import enum
+import gc
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import prometheus_client
 from opentelemetry import trace
 
 from accounting.errors import InvalidInputError, Violations
-from accounting.ledger import Ledger, LedgerChange, RecordOutcome, ReserveOutcome
+from accounting.ledger import Ledger, LedgerChange, RecordOutcome, ReserveOutcome, ReserveReason
 from accounting.lifecycle import Decision, StoredPod
 from accounting.model import (
     NVIDIA_RESOURCES,
@@ -44,6 +50,7 @@ from services.common.errors import DependencyUnavailableError
 from services.usage.journal import (
     DeleteNode,
     DeletePod,
+    DeleteTombstones,
     Journal,
     JournalError,
     JournalOp,
@@ -51,6 +58,7 @@ from services.usage.journal import (
     PutNode,
     PutPod,
     PutQuota,
+    PutTombstone,
 )
 
 _LOG = logging.getLogger(__name__)
@@ -59,6 +67,8 @@ SERVICE = "usage"
 """The ``service`` label of this daemon's metrics."""
 DEFAULT_MAX_WATCH_EVENTS = 4096
 """Events a watcher may have queued before it is dropped as too slow."""
+FREEZE_MIN_PODS = 10_000
+"""Recovered pods from which the recovered state is frozen out of garbage collection."""
 
 
 class EventKind(enum.Enum):
@@ -159,6 +169,39 @@ class Subscription:
             self._on_close(self)
 
 
+class _StoreMetrics:
+    """The children of the store's labelled metrics, kept once looked up: ``labels()`` takes a
+    lock and checks its arguments, five times per recorded change otherwise."""
+
+    def __init__(self) -> None:
+        self._totals: dict[
+            tuple[str, str], tuple[prometheus_client.Gauge, prometheus_client.Gauge]
+        ] = {}
+        self._decisions: dict[tuple[str, str], prometheus_client.Counter] = {}
+
+    def set_total(self, scope: str, name: str, memory_mib: int, core_percent: int) -> None:
+        """Publishes the ledger total of one node or namespace (``metrics.set_ledger_total``)."""
+        children = self._totals.get((scope, name))
+        if children is None:
+            if scope not in metrics.LEDGER_SCOPES:
+                raise ValueError(f"scope must be one of {metrics.LEDGER_SCOPES}, got {scope!r}")
+            children = self._totals[(scope, name)] = (
+                metrics.LEDGER_MEMORY_USED.labels(scope, name),
+                metrics.LEDGER_CORES_USED.labels(scope, name),
+            )
+        children[0].set(memory_mib)
+        children[1].set(core_percent)
+
+    def count_decision(self, decision: str, reason: str) -> None:
+        """Counts one decision of this daemon (``metrics.record_decision``)."""
+        child = self._decisions.get((decision, reason))
+        if child is None:
+            child = self._decisions[(decision, reason)] = metrics.DECISIONS.labels(
+                service=SERVICE, decision=decision, reason=reason
+            )
+        child.inc()
+
+
 class UsageStore:
     """The recorder's state: a ``Ledger`` and its ``Journal`` serialised by one lock.
 
@@ -193,7 +236,7 @@ class UsageStore:
         self._max_watch_events = max_watch_events
         self._lock = threading.Lock()
         self._subscriptions: set[Subscription] = set()
-        self._pods_by_node: dict[str, set[str]] = {}
+        self._metrics = _StoreMetrics()
         self._traceparents: dict[str, str] = {}
         """uid -> the pod's hami.io/traceparent, for spans about it that carry no pod."""
         self._on_synced = on_synced
@@ -208,9 +251,25 @@ class UsageStore:
             JournalError: the journal cannot be read.
         """
         started_s = time.perf_counter()
-        state = self._journal.load() if self._journal is not None else JournalState()
+        # Recovery allocates up to millions of long-lived objects and no garbage cycles: the
+        # cyclic collector would walk the growing heap again and again (a third of the time of
+        # 100,000 pods), and once more when it is switched back on. A large recovered state is
+        # frozen: left out of every later collection (no pause walking it while serving), while
+        # objects released later are still freed by reference counting (the ledger holds no
+        # cycles). Not collecting first keeps the cyclic garbage the process made before for
+        # good (about 300 objects from the daemon's imports, once); collecting would cost more.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            state = self._journal.load() if self._journal is not None else JournalState()
+            with self._lock:
+                self._restore(state)
+            if len(state.pods) >= FREEZE_MIN_PODS:
+                gc.freeze()
+        finally:
+            if collecting:
+                gc.enable()
         with self._lock:
-            self._restore(state)
             summary = RecoverySummary(
                 pods=len(state.pods),
                 nodes=len(state.nodes),
@@ -226,10 +285,8 @@ class UsageStore:
             ledger.register_node(node_name, devices)
         for namespace, limits in state.quotas.items():
             ledger.set_quota(namespace, limits)
-        ledger.restore_all(state.pods)
-        by_node = self._pods_by_node
-        for stored in state.pods:
-            by_node.setdefault(stored.node_name, set()).add(stored.uid)
+        ledger.restore_all(state.pods, interned=True)
+        ledger.restore_tombstones(state.tombstones)
         self._traceparents.update(state.traceparents)
         if state.revision:
             # Watchers compare revisions across restarts: continue from the acknowledged one.
@@ -242,7 +299,8 @@ class UsageStore:
     # -- pods ----------------------------------------------------------------------------------
 
     def record_pod(self, pod: Pod) -> RecordOutcome:
-        """Applies the lifecycle rules to the pod's current state (idempotent upsert).
+        """Applies the lifecycle rules to the pod's current state (idempotent upsert); a
+        forgotten uid answers ``Forgotten`` and changes nothing.
 
         Raises:
             InvalidInputError: a grant names a device its (registered) node does not have.
@@ -254,18 +312,20 @@ class UsageStore:
                 outcome = self._ledger.record(pod)
                 if outcome.change.changed:
                     self._commit_pod_change(outcome.change, revision, _traceparent(pod))
-            if outcome.decision in (Decision.SHRUNK, Decision.PARTIALLY_RELEASED):
-                span.update_name("usage.shrink")
-            elif outcome.decision is Decision.RELEASED:
-                span.update_name("usage.release")
-            telemetry.set_attributes(
-                span,
-                {
-                    "decision": outcome.decision,
-                    "message": outcome.message,
-                    **_stored_attributes(outcome.stored),
-                },
-            )
+            # Building the attributes costs on every call; a no-op span drops them anyway.
+            if span.is_recording():
+                if outcome.decision in (Decision.SHRUNK, Decision.PARTIALLY_RELEASED):
+                    span.update_name("usage.shrink")
+                elif outcome.decision is Decision.RELEASED:
+                    span.update_name("usage.release")
+                telemetry.set_attributes(
+                    span,
+                    {
+                        "decision": outcome.decision,
+                        "message": outcome.message,
+                        **_stored_attributes(outcome.stored),
+                    },
+                )
             if outcome.overcommitted:
                 # An init re-run reclaimed capacity handed out meanwhile: recorded because it is
                 # real, but an operator must know the devices are oversubscribed.
@@ -275,12 +335,13 @@ class UsageStore:
                     extra={"pod_uid": pod.uid, "devices": list(outcome.overcommitted),
                            "decision": outcome.decision.value},
                 )
-        metrics.record_decision(SERVICE, "record", outcome.decision.value)
+        self._metrics.count_decision("record", outcome.decision.value)
         return outcome
 
     def forget_pod(self, pod_uid: str) -> LedgerChange:
         """Releases exactly what is stored for the pod and forgets it; ``before`` is what was
-        released (None when the pod was not tracked).
+        released (None when the pod was not tracked). The uid is remembered either way (a
+        delete may arrive before the pod's first update), so later updates charge nothing.
 
         Raises:
             InvalidInputError: the uid is empty.
@@ -299,7 +360,7 @@ class UsageStore:
             with self._lock:
                 revision = self._ledger.revision
                 change = self._ledger.forget(pod_uid)
-                if change.changed:
+                if change.changed or change.tombstone is not None:
                     self._commit_pod_change(change, revision)
             released = change.before
             if released is not None:
@@ -314,14 +375,15 @@ class UsageStore:
                 )
             else:
                 telemetry.set_attributes(span, {"decision": Decision.NOT_TRACKED})
-        metrics.record_decision(
-            SERVICE, "forget", "Forgotten" if released is not None else Decision.NOT_TRACKED.value
+        self._metrics.count_decision(
+            "forget", "Forgotten" if released is not None else Decision.NOT_TRACKED.value
         )
         return change
 
     def reserve(self, pod: Pod, node_name: str) -> ReserveOutcome:
         """Atomically re-checks node capacity and namespace quota for the pod's grants on the
-        node, then records them; a refusal changes nothing.
+        node, then records them; a refusal (``PodForgotten`` for a deleted pod included)
+        changes nothing.
 
         Raises:
             InvalidInputError: the node is not registered or a grant names an unknown device.
@@ -345,37 +407,48 @@ class UsageStore:
                     **(_stored_attributes(outcome.stored) if outcome.reserved else {}),
                 },
             )
-        metrics.record_decision(
-            SERVICE, "reserve" if outcome.reserved else "refuse", outcome.reason
-        )
+        if outcome.reason == ReserveReason.POD_FORGOTTEN:
+            _LOG.info(
+                "refused to reserve for deleted pod %s", pod.key, extra={"pod_uid": pod.uid}
+            )
+        self._metrics.count_decision("reserve" if outcome.reserved else "refuse", outcome.reason)
         return outcome
 
     def _commit_pod_change(
         self, change: LedgerChange, revision_before: int, traceparent: str = ""
     ) -> None:
-        after = change.after
+        before, after, tombstone = change.before, change.after, change.tombstone
         ops: list[JournalOp] = []
-        uid = (after or change.before).uid  # type: ignore[union-attr]  # changed: one is set
+        uid = _changed_uid(change)
         # An update without the annotation (a typed pod from a client that strips it) keeps the
         # trace the pod already had.
         traceparent = traceparent or self._traceparents.get(uid, "")
         if after is not None:
             ops.append(PutPod(after, traceparent))
-        else:
+        elif before is not None:
             ops.append(DeletePod(uid))
+        if tombstone is not None:
+            # Written before the evictions: a new row's rowid, which orders the tombstones at
+            # load, must be the highest even while the rows it replaces still exist.
+            ops.append(PutTombstone(uid, tombstone.reservable))
+            if tombstone.evicted:
+                ops.append(DeleteTombstones(tuple(u for u, _ in tombstone.evicted)))
 
         def undo() -> None:
-            if change.before is not None:
-                self._ledger.restore(change.before)
+            if tombstone is not None:
+                self._ledger.undo_tombstone(tombstone)
+            if before is not None:
+                self._ledger.restore(before)
             elif after is not None:
-                self._ledger.forget(after.uid)
+                self._ledger.drop(after.uid)
 
         self._commit(ops, undo, revision_before)
         if after is not None and traceparent:
             self._traceparents[uid] = traceparent
         elif after is None:
             self._traceparents.pop(uid, None)
-        self._index_pod(change)
+        if not change.changed:
+            return  # only a tombstone: nothing a reader or watcher sees changed
         nodes = change.node_names or ("",)
         for node_name in change.node_names:
             self._publish_node_gauge(node_name)
@@ -400,16 +473,6 @@ class UsageStore:
                 for node_name in nodes
             ]
         )
-
-    def _index_pod(self, change: LedgerChange) -> None:
-        if change.before is not None:
-            uids = self._pods_by_node.get(change.before.node_name)
-            if uids is not None:
-                uids.discard(change.before.uid)
-                if not uids:
-                    del self._pods_by_node[change.before.node_name]
-        if change.after is not None:
-            self._pods_by_node.setdefault(change.after.node_name, set()).add(change.after.uid)
 
     # -- nodes ---------------------------------------------------------------------------------
 
@@ -568,6 +631,12 @@ class UsageStore:
         with self._lock:
             return tuple(self._ledger.pods())
 
+    def tombstones(self) -> tuple[tuple[str, bool], ...]:
+        """(uid, reservable) of the remembered forgotten uids, oldest first (for reports and
+        tests; see accounting.ledger for the two kinds)."""
+        with self._lock:
+            return self._ledger.tombstones()
+
     def namespaces(self) -> tuple[str, ...]:
         """Namespaces with usage or limits, sorted."""
         with self._lock:
@@ -602,12 +671,12 @@ class UsageStore:
 
     def _node_snapshot(self, node_name: str) -> NodeSnapshot:
         states = self._ledger.node_states(node_name)
-        uids = tuple(sorted(self._pods_by_node.get(node_name, ())))
+        uids = self._ledger.node_pod_uids(node_name)
         return NodeSnapshot(node_name, states or (), uids, registered=states is not None)
 
     def _known_nodes(self) -> tuple[str, ...]:
         names = dict.fromkeys(self._ledger.node_names())
-        names.update(dict.fromkeys(n for n in self._pods_by_node if n))
+        names.update(dict.fromkeys(n for n in self._ledger.pod_node_names() if n))
         return tuple(names)
 
     # -- UsageSink -----------------------------------------------------------------------------
@@ -689,23 +758,25 @@ class UsageStore:
     def _publish_node_gauge(self, node_name: str) -> None:
         if not node_name:
             return
-        used = self._ledger.node_usage(node_name).values()
-        metrics.set_ledger_total(
-            "node", node_name, sum(u[0] for u in used), sum(u[1] for u in used)
-        )
+        self._metrics.set_total("node", node_name, *self._ledger.node_totals(node_name))
 
     def _publish_namespace_gauge(self, namespace: str) -> None:
         if not namespace:
             return
-        items = self._ledger.namespace_items(namespace)
-        memory = items.get(self._vendor.memory_resource)
-        cores = items.get(self._vendor.core_resource)
-        metrics.set_ledger_total(
+        self._metrics.set_total(
             "namespace",
             namespace,
-            memory.used if memory else 0,
-            cores.used if cores else 0,
+            self._ledger.namespace_used(namespace, self._vendor.memory_resource),
+            self._ledger.namespace_used(namespace, self._vendor.core_resource),
         )
+
+
+def _changed_uid(change: LedgerChange) -> str:
+    for stored in (change.after, change.before):
+        if stored is not None:
+            return stored.uid
+    # A forget of an untracked uid: only its tombstone was written.
+    return change.tombstone.uid if change.tombstone is not None else ""
 
 
 def _traceparent(pod: Pod) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from accounting.errors import InvalidInputError
 from accounting.ledger import Ledger, ReserveReason
@@ -328,3 +330,197 @@ def test_a_terminal_pod_stays_released_when_seen_again() -> None:
     assert outcome.decision is Decision.UNCHANGED
     assert ledger.namespace_items(NS) == {}
     assert ledger.node_usage("node1") == {}
+
+
+# -- tombstones: a forgotten uid is never charged again ----------------------------------------
+
+
+def test_an_update_after_the_pods_forget_charges_nothing() -> None:
+    ledger = _ledger()
+    pod = _pod("late", 4096)
+    ledger.record(pod)
+    ledger.forget(pod.uid)
+    before = _snapshot(ledger)
+
+    outcome = ledger.record(pod)
+
+    assert outcome.decision is Decision.FORGOTTEN
+    assert pod.uid in outcome.message and "forgotten" in outcome.message
+    assert (outcome.stored, outcome.change.changed) == (None, False)
+    assert _snapshot(ledger) == before
+    assert ledger.node_usage("node1") == {} and ledger.namespace_items(NS) == {}
+
+
+def test_a_delete_seen_before_the_add_refuses_the_add_and_the_reservation() -> None:
+    ledger = _ledger()
+    pod = _pod("early-delete", 4096)
+    change = ledger.forget(pod.uid)
+    assert change.tombstone is not None and not change.tombstone.reservable
+    before = _snapshot(ledger)
+
+    recorded = ledger.record(pod)
+    reserved = ledger.reserve(pod, "node1")
+
+    assert recorded.decision is Decision.FORGOTTEN
+    assert (reserved.reserved, reserved.reason, reserved.change) == (
+        False, ReserveReason.POD_FORGOTTEN, None)
+    assert pod.uid in reserved.message
+    assert _snapshot(ledger) == before
+
+
+def test_a_forgotten_pod_is_refused_before_its_grants_are_checked() -> None:
+    # The late update names a device the node has lost meanwhile: still just Forgotten.
+    ledger = _ledger()
+    pod = _pod("late", 4096)
+    ledger.record(pod)
+    ledger.forget(pod.uid)
+    ledger.register_node("node1", [device("other")])
+
+    assert ledger.record(pod).decision is Decision.FORGOTTEN
+
+
+def test_a_released_reservation_can_be_reserved_again_but_not_recorded_until_then() -> None:
+    # The scheduler's re-filter forgets the pod's reservation, then reserves the new placement.
+    ledger = _ledger()
+    pod = _pod("refilter", 4096)
+    assert ledger.reserve(pod, "node1").reserved
+    change = ledger.forget(pod.uid)
+    assert change.tombstone is not None and change.tombstone.reservable
+
+    # An informer update between the release and the new reservation charges nothing.
+    assert ledger.record(pod).decision is Decision.FORGOTTEN
+    outcome = ledger.reserve(_pod("refilter", 8192), "node1")
+
+    assert outcome.reserved, outcome.message
+    assert ledger.node_usage("node1") == {"g0": (8192, 10, 1)}
+    # Stored again: its updates apply as for any stored pod.
+    assert ledger.record(_pod("refilter", 8192)).decision is Decision.UNCHANGED
+    assert ledger.pod(pod.uid) is not None
+
+
+def test_the_delete_after_a_released_reservation_hardens_its_tombstone_in_place() -> None:
+    ledger = _ledger()
+    first, second = _pod("first", 1000), _pod("second", 1000)
+    ledger.reserve(first, "node1")
+    ledger.forget(first.uid)  # the re-filter's release: reservable
+    ledger.forget(second.uid)
+
+    change = ledger.forget(first.uid)  # the delete: nothing stored any more
+
+    assert change.tombstone is not None
+    assert (change.tombstone.reservable, change.tombstone.previous) == (False, True)
+    assert ledger.reserve(first, "node1").reason == ReserveReason.POD_FORGOTTEN
+    # Its age is the first forget's.
+    assert ledger.tombstones() == ((first.uid, False), (second.uid, False))
+    # Forgetting it once more writes nothing.
+    assert ledger.forget(first.uid).tombstone is None
+
+
+def test_tombstones_keep_the_most_recent_and_an_evicted_uid_is_charged_again() -> None:
+    ledger = Ledger(max_tombstones=2)
+    ledger.register_node("node1", [device("g0", mib=24576)])
+    pods = [_pod(f"p{i}", 1000) for i in range(3)]
+    ledger.forget(pods[0].uid)
+    ledger.forget(pods[1].uid)
+
+    change = ledger.forget(pods[2].uid)
+
+    assert change.tombstone is not None
+    assert change.tombstone.evicted == ((pods[0].uid, False),)
+    assert ledger.tombstones() == ((pods[1].uid, False), (pods[2].uid, False))
+    assert not ledger.is_forgotten(pods[0].uid)
+    assert ledger.record(pods[0]).decision is Decision.RECORDED
+    assert ledger.record(pods[1]).decision is Decision.FORGOTTEN
+
+
+def test_undo_tombstone_restores_the_kinds_and_the_order() -> None:
+    ledger = Ledger(max_tombstones=2)
+    ledger.register_node("node1", [device("g0", mib=24576)])
+    a, b, c = (_pod(name, 1000) for name in "abc")
+    ledger.reserve(a, "node1")
+    ledger.forget(a.uid)  # reservable
+    ledger.forget(b.uid)
+    before = ledger.tombstones()
+
+    for uid in (c.uid, a.uid):  # a new one evicting the oldest; a hardened one
+        change = ledger.forget(uid).tombstone
+        assert change is not None and ledger.tombstones() != before
+        ledger.undo_tombstone(change)
+        assert ledger.tombstones() == before
+
+
+def test_restore_tombstones_keeps_the_order_and_the_bound() -> None:
+    ledger = Ledger(max_tombstones=2)
+    ledger.restore_tombstones([("u1", True), ("u2", False), ("u3", True)])
+
+    assert ledger.tombstones() == (("u2", False), ("u3", True))
+    with pytest.raises(ValueError, match="without tombstones"):
+        ledger.restore_tombstones([("u4", False)])
+    with pytest.raises(ValueError, match="max_tombstones"):
+        Ledger(max_tombstones=0)
+
+
+def test_drop_undoes_a_first_record_without_a_tombstone() -> None:
+    ledger = _ledger()
+    pod = _pod("p", 1000)
+    ledger.record(pod)
+
+    change = ledger.drop(pod.uid)
+
+    assert (change.before is not None, change.tombstone) == (True, None)
+    assert not ledger.is_forgotten(pod.uid)
+    assert ledger.record(pod).decision is Decision.RECORDED
+
+
+# -- pods by node ------------------------------------------------------------------------------
+
+
+ledger_steps = st.lists(
+    st.tuples(st.sampled_from(["record", "reserve", "forget"]), st.integers(0, 5),
+              st.sampled_from(["node1", "node2"])),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ledger_steps)
+def test_pods_by_node_and_tombstones_follow_any_history(
+    steps: list[tuple[str, int, str]],
+) -> None:
+    ledger = Ledger(max_tombstones=3)
+    for node in ("node1", "node2"):
+        ledger.register_node(node, [device("g0", mib=10**6, slots=100)])
+    forgotten: list[str] = []
+    for kind, number, node in steps:
+        pod = _pod(f"p{number}", 1000, node=node)
+        if kind == "forget":
+            ledger.forget(pod.uid)
+            # A remembered uid keeps its age (hardened in place at most); an evicted one
+            # comes back as the newest.
+            if pod.uid not in forgotten[-3:]:
+                if pod.uid in forgotten:
+                    forgotten.remove(pod.uid)
+                forgotten.append(pod.uid)
+        else:
+            was_stored = ledger.pod(pod.uid) is not None
+            remembered = dict(ledger.tombstones())
+            if kind == "record":
+                decision = ledger.record(pod).decision
+                assert (decision is Decision.FORGOTTEN) == (
+                    not was_stored and pod.uid in remembered), decision
+            else:
+                outcome = ledger.reserve(pod, node)
+                refused = not was_stored and remembered.get(pod.uid) is False
+                assert outcome.reserved is not refused, outcome
+        for name in ("node1", "node2", ""):
+            assert ledger.node_pod_uids(name) == tuple(
+                sorted(p.uid for p in ledger.pods() if p.node_name == name))
+        assert set(ledger.pod_node_names()) == {p.node_name for p in ledger.pods()}
+        remembered = [uid for uid, _ in ledger.tombstones()]
+        assert remembered == forgotten[-3:]
+        # Restoring the same pods in one pass gives the same index.
+        restored = Ledger()
+        restored.restore_all(ledger.pods())
+        for name in ("node1", "node2"):
+            assert restored.node_pod_uids(name) == ledger.node_pod_uids(name)
+            assert restored.node_totals(name) == ledger.node_totals(name)

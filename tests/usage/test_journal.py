@@ -31,12 +31,15 @@ from services.usage.journal import (
     SCHEMA_VERSION,
     DeleteNode,
     DeletePod,
+    DeleteTombstones,
     Journal,
     JournalError,
     JournalSchemaError,
     PutNode,
     PutPod,
     PutQuota,
+    PutTombstone,
+    decode_devices,
 )
 from services.usage.store import UsageStore
 from tests.builders import PodBuilder, device, gpu
@@ -55,32 +58,39 @@ def snapshot(store: UsageStore) -> dict[str, Any]:
         "pods": sorted(store.pods(), key=lambda p: p.uid),
         "nodes": nodes,
         "namespaces": {ns: store.namespace_items(ns) for ns in store.namespaces()},
+        "tombstones": store.tombstones(),
         "revision": store.revision,
     }
 
 
-def recovered(path: Path) -> UsageStore:
+def recovered(path: Path, max_tombstones: int = 100_000) -> UsageStore:
     """A fresh store loaded from the journal file at ``path``."""
-    store = UsageStore(Ledger(), Journal(path))
+    store = UsageStore(Ledger(max_tombstones=max_tombstones), Journal(path))
     store.recover()
     return store
 
 
+JOURNAL_TABLES = ("meta", "pods", "nodes", "quotas", "tombstones")
+
+
 @contextmanager
 def failing_writes(path: Path) -> Iterator[None]:
-    """Makes every journal transaction fail (each one writes the revision into ``meta``)."""
+    """Makes every journal write fail: any insert, update or delete on any table aborts."""
+    triggers = [f"fail_{table}_{event.lower()}" for table in JOURNAL_TABLES
+                for event in ("INSERT", "UPDATE", "DELETE")]
     with sqlite3.connect(path) as db:
-        for event in ("INSERT", "UPDATE"):
-            db.execute(
-                f"CREATE TRIGGER fail_meta_{event.lower()} BEFORE {event} ON meta "
-                "BEGIN SELECT RAISE(ABORT, 'injected write failure'); END"
-            )
+        for table in JOURNAL_TABLES:
+            for event in ("INSERT", "UPDATE", "DELETE"):
+                db.execute(
+                    f"CREATE TRIGGER fail_{table}_{event.lower()} BEFORE {event} ON {table} "
+                    "BEGIN SELECT RAISE(ABORT, 'injected write failure'); END"
+                )
     try:
         yield
     finally:
         with sqlite3.connect(path) as db:
-            db.execute("DROP TRIGGER fail_meta_insert")
-            db.execute("DROP TRIGGER fail_meta_update")
+            for trigger in triggers:
+                db.execute(f"DROP TRIGGER {trigger}")
 
 
 # -- the journal on its own --------------------------------------------------------------------
@@ -148,7 +158,8 @@ def test_journal_of_another_schema_version_is_refused_clearly(tmp_path: Path) ->
         db.execute("UPDATE meta SET value = 99 WHERE key = 'schema_version'")
     with pytest.raises(JournalSchemaError) as caught:
         Journal(path)
-    assert f"schema version 99; this build reads version {SCHEMA_VERSION}" in str(caught.value)
+    assert f"schema version 99; this build reads versions 1 and {SCHEMA_VERSION}" in str(
+        caught.value)
     assert str(path) in str(caught.value)
 
 
@@ -170,6 +181,195 @@ def test_failed_commit_writes_nothing(tmp_path: Path) -> None:
     assert (state.pods, state.revision) == ((RELEASED_POD,), 1)
 
 
+def test_tombstones_round_trip_in_age_order_and_a_hardened_one_keeps_its_place(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "usage.sqlite3"
+    journal = Journal(path)
+    journal.commit([PutPod(RELEASED_POD)], 1)
+    journal.commit([DeletePod("uid-b"), PutTombstone("uid-b", True)], 2)
+    journal.commit([PutTombstone("uid-early", False)], 2)
+    journal.commit([PutTombstone("uid-b", False)], 2)  # hardened: keeps its age
+    journal.commit([PutTombstone("uid-new", False), DeleteTombstones(("uid-early",))], 2)
+    journal.close()
+
+    state = Journal(path).load()
+
+    assert state.pods == ()
+    assert state.tombstones == (("uid-b", False), ("uid-new", False))
+    assert state.revision == 2
+
+
+def test_the_revision_comes_from_the_rows_and_meta_only_when_no_row_carries_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "usage.sqlite3"
+    journal = Journal(path)
+
+    def meta_revision() -> int:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            return int(db.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()[0])
+
+    journal.commit([PutPod(TWO_DEVICE_POD)], 5)
+    # RecordPod's usual change is one statement: meta is not written.
+    assert (journal.load().revision, meta_revision()) == (5, 0)
+    # A delete leaves no row to carry its revision: meta takes it.
+    journal.commit([DeletePod("uid-a")], 6)
+    assert (journal.load().revision, meta_revision()) == (6, 6)
+    journal.commit([PutNode(NODE, NODE_DEVICES)], 7)
+    journal.commit([PutQuota(NS, {MEMORY: 1})], 8)
+    assert (journal.load().revision, meta_revision()) == (8, 6)
+
+
+def test_loaded_pods_share_equal_usage_and_the_inventorys_uuid_strings(tmp_path: Path) -> None:
+    path = tmp_path / "usage.sqlite3"
+    journal = Journal(path)
+    # Built from separate strings, as rows of separate RecordPods would be.
+    uuid = "".join(["GPU-", "0"])
+    journal.commit([PutNode(NODE, (device(uuid),))], 1)
+    journal.commit([PutPod(StoredPod(f"uid-{i}", NS, f"p{i}", NODE,
+                                     (DeviceUsage("GPU-0", "NVIDIA", 20480, 30, 2),)))
+                    for i in range(3)], 2)
+    journal.close()
+
+    state = Journal(path).load()
+    ledger = Ledger()
+    for name, devices in state.nodes.items():
+        ledger.register_node(name, devices)
+    ledger.restore_all(state.pods, interned=True)
+
+    first, second, third = (ledger.pod(f"uid-{i}") for i in range(3))
+    assert first is not None and second is not None and third is not None
+    assert first.usage is second.usage is third.usage
+    assert first.usage[0].uuid is state.nodes[NODE][0].uuid
+    assert ledger.node_usage(NODE) == {"GPU-0": (3 * 20480, 90, 6)}
+
+
+def test_devices_of_version_1_rows_and_of_version_2_rows_decode_alike() -> None:
+    version_1 = ('[{"uuid":"GPU-B","device_type":"NVIDIA A10","index":0,"slots_total":10,'
+                 '"memory_total_mib":24576,"cores_total":100,"numa":1,"mode":"mig",'
+                 '"healthy":false,"vendor":"NVIDIA"}]')
+    version_2 = '[["GPU-B","NVIDIA A10",0,10,24576,100,1,"mig",false,"NVIDIA"]]'
+
+    expected = (Device("GPU-B", "NVIDIA A10", 0, 10, 24576, 100, numa=1, mode="mig",
+                       healthy=False),)
+    assert decode_devices(version_1) == decode_devices(version_2) == expected
+
+
+def test_the_store_journals_tombstones_and_their_evictions(tmp_path: Path) -> None:
+    path = tmp_path / "usage.sqlite3"
+    store = UsageStore(Ledger(max_tombstones=2), Journal(path))
+    store.register_node(NODE, (device("GPU-0"),))
+    pod = PodBuilder("p", namespace=NS, uid="uid-p", node=NODE).app(
+        "a", gpu("GPU-0", mib=1024)).build()
+    store.record_pod(pod)
+    for uid in ("uid-p", "uid-x", "uid-y"):
+        store.forget_pod(uid)
+
+    assert store.tombstones() == (("uid-x", False), ("uid-y", False))
+    assert Journal(path).load().tombstones == store.tombstones()
+    # uid-p dropped out of the bound: it is charged again, as before tombstones existed.
+    assert store.record_pod(pod).decision.value == "Recorded"
+
+
+# -- a journal written by version 1 -------------------------------------------------------------
+
+# The layout of the first version-1 builds: no init_progress, init_restarts or traceparent (the
+# later version-1 builds added them without changing the version), no revision columns, no
+# tombstones, the revision in meta, devices as JSON objects.
+V1_FIRST_LAYOUT = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    "CREATE TABLE pods (uid TEXT PRIMARY KEY, namespace TEXT NOT NULL, name TEXT NOT NULL,"
+    " node_name TEXT NOT NULL, usage TEXT NOT NULL, init_released INTEGER NOT NULL,"
+    " terminal INTEGER NOT NULL)",
+    "CREATE TABLE nodes (name TEXT PRIMARY KEY, devices TEXT NOT NULL)",
+    "CREATE TABLE quotas (namespace TEXT PRIMARY KEY, limits TEXT NOT NULL)",
+)
+V1_LATER_PODS = (
+    "CREATE TABLE pods (uid TEXT PRIMARY KEY, namespace TEXT NOT NULL, name TEXT NOT NULL,"
+    " node_name TEXT NOT NULL, usage TEXT NOT NULL, init_released INTEGER NOT NULL,"
+    " terminal INTEGER NOT NULL, init_progress INTEGER NOT NULL,"
+    " init_restarts INTEGER NOT NULL, traceparent TEXT NOT NULL)"
+)
+V1_DEVICES = ('[{"uuid":"GPU-0","device_type":"NVIDIA A10","index":0,"slots_total":10,'
+              '"memory_total_mib":24576,"cores_total":100,"numa":0,"mode":"hami-core",'
+              '"healthy":true,"vendor":"NVIDIA"}]')
+
+
+def _write_version_1(path: Path, *, later_pods: bool) -> None:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("PRAGMA journal_mode=WAL")
+        for statement in V1_FIRST_LAYOUT:
+            if later_pods and statement.startswith("CREATE TABLE pods"):
+                statement = V1_LATER_PODS
+            db.execute(statement)
+        db.executemany("INSERT INTO meta VALUES (?, ?)",
+                       [("schema_version", 1), ("revision", 41)])
+        db.execute("INSERT INTO nodes VALUES (?, ?)", (NODE, V1_DEVICES))
+        db.execute("INSERT INTO quotas VALUES (?, ?)", (NS, '{"nvidia.com/gpumem":24576}'))
+        usage_text = '[["GPU-0","NVIDIA",20480,30,2]]'
+        if later_pods:
+            db.execute("INSERT INTO pods VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       ("uid-a", NS, "a", NODE, usage_text, 0, 0, 1, 3, TRACEPARENT))
+        else:
+            db.execute("INSERT INTO pods VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       ("uid-a", NS, "a", NODE, usage_text, 1, 0))
+
+
+@pytest.mark.parametrize("later_pods", [False, True], ids=["first layout", "later layout"])
+def test_a_version_1_journal_is_migrated_in_place_and_keeps_its_state(
+    tmp_path: Path, later_pods: bool
+) -> None:
+    path = tmp_path / "usage.sqlite3"
+    _write_version_1(path, later_pods=later_pods)
+
+    store = recovered(path)
+
+    usage_a = (DeviceUsage("GPU-0", "NVIDIA", 20480, 30, 2),)
+    expected = (StoredPod("uid-a", NS, "a", NODE, usage_a, init_progress=1, init_restarts=3)
+                if later_pods else StoredPod("uid-a", NS, "a", NODE, usage_a, init_released=True))
+    assert store.pods() == (expected,)
+    assert store.revision == 41
+    (node,), _ = store.node_usage([NODE])
+    assert [d.device for d in node.devices] == [device("GPU-0")]
+    assert {i.resource: (i.used, i.limit) for i in store.namespace_items(NS)}[MEMORY] == (
+        20480, 24576)
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        columns = {row[1] for row in db.execute("PRAGMA table_info(pods)")}
+    assert version == (SCHEMA_VERSION,)
+    assert {"init_progress", "init_restarts", "traceparent", "revision"} <= columns
+
+    # The migrated file takes new changes (tombstones included) and reopens as version 2.
+    store.forget_pod("uid-a")
+    store.register_node("node2", (device("GPU-9"),))
+    again = recovered(path)
+    assert snapshot(again) == snapshot(store)
+    assert again.tombstones() == (("uid-a", True),)
+    assert again.revision == 43
+
+
+def test_a_failed_migration_leaves_the_version_1_file_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "usage.sqlite3"
+    _write_version_1(path, later_pods=False)
+    # quotas as a view: its ALTER TABLE, the last of the migration, fails after pods and nodes
+    # were altered; the one transaction must leave nothing of it behind.
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("DROP TABLE quotas")
+        db.execute("CREATE VIEW quotas AS SELECT 'ns' AS namespace, '{}' AS limits")
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        before = db.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+
+    with pytest.raises(JournalError, match="view"):
+        Journal(path)
+
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        after = db.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+        version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    assert after == before
+    assert version == (1,)
+
+
 # -- the store: rollback when the journal cannot write -----------------------------------------
 
 
@@ -181,10 +381,12 @@ def _trainer(phase: PodPhase = PodPhase.PENDING, init_done: bool = False) -> Any
 
 
 def _store_with_state(path: Path) -> UsageStore:
-    store = UsageStore(Ledger(), Journal(path))
+    store = UsageStore(Ledger(max_tombstones=2), Journal(path))
     store.register_node(NODE, (device("GPU-0"),))
     store.set_quota(NS, {"limits.nvidia.com/gpumem": 24576})
     store.record_pod(_trainer())
+    store.forget_pod("uid-forgotten-1")
+    store.forget_pod("uid-forgotten-2")
     return store
 
 
@@ -194,6 +396,8 @@ CHANGES: list[tuple[str, Callable[[UsageStore], object]]] = [
     ("shrink", lambda s: s.record_pod(_trainer(PodPhase.RUNNING, init_done=True))),
     ("release at a terminal phase", lambda s: s.record_pod(_trainer(PodPhase.SUCCEEDED))),
     ("forget a pod", lambda s: s.forget_pod("uid-team-a-trainer")),
+    ("forget a pod never seen (only its tombstone)", lambda s: s.forget_pod("uid-never-seen")),
+    ("forget beyond the tombstone bound", lambda s: s.forget_pod("uid-beyond-the-bound")),
     ("reserve", lambda s: s.reserve(
         PodBuilder("r", namespace=NS).app("a", gpu("GPU-0", mib=1024)).build(), NODE)),
     ("register a new node", lambda s: s.register_node("node2", (device("GPU-9"),))),
@@ -215,11 +419,11 @@ def test_failed_journal_write_rolls_the_ledger_back(
         with pytest.raises(DependencyUnavailableError, match="journal unavailable"):
             change(store)
         assert snapshot(store) == before, f"{name}: the ledger kept an unacknowledged change"
-    assert snapshot(recovered(path)) == before
+    assert snapshot(recovered(path, max_tombstones=2)) == before
     # Once the journal works again the same change goes through and is durable.
     change(store)
     assert snapshot(store) != before
-    assert snapshot(recovered(path)) == snapshot(store)
+    assert snapshot(recovered(path, max_tombstones=2)) == snapshot(store)
 
 
 def test_failed_journal_write_is_unavailable_through_grpc(recorder: RunningRecorder) -> None:
@@ -248,7 +452,8 @@ def test_failed_journal_write_is_unavailable_through_grpc(recorder: RunningRecor
 
 # -- recovery equals what was acknowledged, for any sequence of changes ------------------------
 
-UIDS = ("p0", "p1", "p2")
+# Five uids: a forgotten uid is never recorded again, so later steps need fresh ones.
+UIDS = ("p0", "p1", "p2", "p3", "p4")
 
 
 def _pod(uid: str, stage: int) -> Any:

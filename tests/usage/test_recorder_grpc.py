@@ -327,6 +327,74 @@ def test_seed_case_1_init_larger_than_the_card_is_refused_by_reserve(stub: Stub)
     assert figures(stub, "uid-convert", node="node2") == Figures(None, 0, 0)
 
 
+# -- a forgotten uid is never charged again (tombstones) -----------------------------------------
+
+SEED_GRANTS = (((GPU, 20480, 0),), ((GPU, 10240, 0),))
+NOTHING = Figures(None, 0, 0)
+
+TOMBSTONE_LIFECYCLES = [
+    Lifecycle("a late or retried update after the delete charges nothing", SEED_UID, (
+        Record(bound_seed_pod(init_statuses=[running("convert-weights")]), "Recorded",
+               Figures(20480, 20480, 20480, stored_cores=0)),
+        Forget(SEED_UID, True, 20480, NOTHING),
+        Record(bound_seed_pod(init_statuses=[running("convert-weights")]), "Forgotten",
+               NOTHING),
+        Record(bound_seed_pod(phase="Running", init_statuses=[terminated("convert-weights")]),
+               "Forgotten", NOTHING),
+        Forget(SEED_UID, False, 0, NOTHING),
+    )),
+    Lifecycle("a delete seen before the add refuses the add and a reservation", SEED_UID, (
+        Forget(SEED_UID, False, 0, NOTHING),
+        Record(bound_seed_pod(init_statuses=[running("convert-weights")]), "Forgotten",
+               NOTHING),
+        Reserve(seed_pod(), SEED_GRANTS, False, "PodForgotten", 0, 0),
+    )),
+    Lifecycle("the scheduler's re-filter releases a reservation and reserves again", SEED_UID, (
+        Reserve(seed_pod(), SEED_GRANTS, True, "Reserved", 20480, 20480),
+        Forget(SEED_UID, True, 20480, NOTHING),
+        # The informer's update between the release and the new reservation: not re-charged.
+        Record(bound_seed_pod(init_statuses=[running("convert-weights")]), "Forgotten",
+               NOTHING),
+        Reserve(seed_pod(), SEED_GRANTS, True, "Reserved", 20480, 20480),
+        Record(bound_seed_pod(init_statuses=[running("convert-weights")]), "Unchanged",
+               Figures(20480, 20480, 20480, stored_cores=0)),
+        Forget(SEED_UID, True, 20480, NOTHING),
+        # The delete after the release: now a reservation is refused too.
+        Forget(SEED_UID, False, 0, NOTHING),
+        Reserve(seed_pod(), SEED_GRANTS, False, "PodForgotten", 0, 0),
+    )),
+]
+
+
+@pytest.mark.parametrize("lifecycle", TOMBSTONE_LIFECYCLES, ids=lambda c: c.name)
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_a_forgotten_uid_is_never_charged_again(
+    stub: Stub, lifecycle: Lifecycle, encoding: str
+) -> None:
+    run_lifecycle(stub, lifecycle, encoding)
+
+
+def test_forgotten_answers_name_the_pod_and_count_as_decisions(
+    recorder: RunningRecorder,
+) -> None:
+    stub = recorder.stub
+    one_gpu_cluster(stub)
+    stub.ForgetPod(usage_pb2.ForgetPodRequest(pod_uid=SEED_UID), timeout=RPC_TIMEOUT_S)
+
+    recorded = record(stub, bound_seed_pod(), "kubernetes_pod_json")
+    reserved = reserve(stub, seed_pod(), SEED_GRANTS, "typed")
+
+    assert (recorded.decision, recorded.tracked, list(recorded.stored)) == (
+        "Forgotten", False, [])
+    assert SEED_UID in recorded.message and "forgotten" in recorded.message
+    assert (reserved.reserved, reserved.reason, list(reserved.stored)) == (
+        False, "PodForgotten", [])
+    assert SEED_UID in reserved.message and "deleted" in reserved.message
+    spans = {span.name: span for span in recorder.spans.get_finished_spans()}
+    assert spans["usage.record"].attributes["hami.accounting.decision"] == "Forgotten"
+    assert spans["usage.reserve"].attributes["hami.accounting.reason"] == "PodForgotten"
+
+
 # -- the sidecar design's cases ----------------------------------------------------------------
 
 SIDECAR_APP_ALLOCATION = allocation([(GPU, 10240, 0)], [(GPU, 10240, 0)])

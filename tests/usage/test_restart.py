@@ -25,7 +25,7 @@ from hami.accounting.v1 import types_pb2, usage_pb2, usage_pb2_grpc
 from services.common.config import ConfigError
 from services.usage import __main__ as usage_main
 from services.usage.config import UsageConfig
-from services.usage.journal import Journal
+from services.usage.journal import SCHEMA_VERSION, Journal
 from tests.support.pods import (
     allocation,
     app_container,
@@ -145,9 +145,17 @@ def _acknowledged_writes(stub: usage_pb2_grpc.UsageRecorderStub) -> None:
     record(kube_pod("done", **done))
     record(kube_pod("done", phase="Succeeded", app_statuses=[terminated("job")], **done))
 
-    record(kube_pod("forgotten", uid="uid-forgotten", namespace="team-b", node=NODE,
-                    apps=[app_container("x", gpumem=512)], allocation=allocation([(GPU, 512, 0)])))
+    record(FORGOTTEN_POD)
     call("ForgetPod", usage_pb2.ForgetPodRequest(pod_uid="uid-forgotten"))
+    # A delete seen before the pod's add.
+    call("ForgetPod", usage_pb2.ForgetPodRequest(pod_uid="uid-never"))
+
+
+FORGOTTEN_POD = kube_pod("forgotten", uid="uid-forgotten", namespace="team-b", node=NODE,
+                         apps=[app_container("x", gpumem=512)],
+                         allocation=allocation([(GPU, 512, 0)]))
+NEVER_POD = kube_pod("never", uid="uid-never", namespace="team-b", node=NODE,
+                     apps=[app_container("x", gpumem=512)], allocation=allocation([(GPU, 512, 0)]))
 
 
 def _figures(stub: usage_pb2_grpc.UsageRecorderStub) -> dict[str, bytes]:
@@ -229,6 +237,15 @@ def test_sigkill_after_acknowledged_writes_loses_nothing(
                  allocation=allocation([(GPU, 20480, 30)], [(GPU, 10240, 10)]),
                  init_statuses=[running("convert")]))), timeout=RPC_TIMEOUT_S)
     assert (again.decision, again.stored[0].memory_mib) == ("Unchanged", 10240)
+    # The forgotten uids stay forgotten across the SIGKILL: late updates charge nothing.
+    for pod in (FORGOTTEN_POD, NEVER_POD):
+        late = second.stub.RecordPod(usage_pb2.RecordPodRequest(
+            kubernetes_pod_json=to_json(pod)), timeout=RPC_TIMEOUT_S)
+        assert (late.decision, late.tracked) == ("Forgotten", False), late
+    refused = second.stub.Reserve(usage_pb2.ReserveRequest(
+        kubernetes_pod_json=to_json(NEVER_POD), node_name=NODE), timeout=RPC_TIMEOUT_S)
+    assert (refused.reserved, refused.reason) == (False, "PodForgotten")
+    assert _figures(second.stub) == after
 
     # A graceful stop exits 0.
     second.process.send_signal(signal.SIGTERM)
@@ -305,7 +322,9 @@ def test_main_refuses_a_journal_of_another_schema(
     data_dir = tmp_path / "data"
     Journal.in_data_dir(data_dir).close()
     with sqlite3.connect(data_dir / "usage.sqlite3") as db:
-        db.execute("UPDATE meta SET value = 2 WHERE key = 'schema_version'")
+        # A version from a newer build (the previous one, 1, is migrated instead).
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                   (SCHEMA_VERSION + 1,))
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     code = usage_main.main(["--listen", f"127.0.0.1:{free_port()}", "--data-dir", str(data_dir),
                             "--metrics", "off"])

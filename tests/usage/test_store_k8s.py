@@ -170,6 +170,39 @@ def test_restart_reconciles_the_journal_with_the_cluster(
     assert namespace_mib(second) == (10240, 0)
 
 
+def test_a_pod_that_vanished_from_the_list_stays_forgotten(
+    apiserver: FakeApiServer, start_recorder: StartRecorder, tmp_path: Path
+) -> None:
+    apiserver.start()
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", apiserver.url)
+    apiserver.add("nodes", kube_node(NODE, [gpu_device(GPU)]))
+    gone = kube_pod("gone", uid="uid-gone", namespace=NS, node=NODE,
+                    apps=[app_container("a", gpumem=1024)],
+                    allocation=allocation([(GPU, 1024, 0)]))
+    apiserver.add("pods", gone)
+    first = start_recorder(kubernetes="kubeconfig", kubeconfig=kubeconfig)
+    wait_for(lambda: stored_mib(first, "uid-gone") == 1024, "the pod recorded")
+    first.stop()
+    apiserver.delete("pods", "gone", NS)
+
+    # The re-list after the restart forgets it; a late update of it then charges nothing.
+    second = start_recorder(kubernetes="kubeconfig", kubeconfig=kubeconfig)
+    wait_for(lambda: health_status(second) == SERVING, "the sync after the restart")
+    assert stored_mib(second, "uid-gone") is None
+    late = second.stub.RecordPod(usage_pb2.RecordPodRequest(kubernetes_pod_json=to_json(gone)),
+                                 timeout=RPC_TIMEOUT_S)
+    assert (late.decision, late.tracked) == ("Forgotten", False)
+    assert namespace_mib(second) == (0, 0)
+    second.stop()
+
+    # The tombstone is journaled: a recorder without the cluster still refuses it.
+    third = start_recorder()
+    late = third.stub.RecordPod(usage_pb2.RecordPodRequest(kubernetes_pod_json=to_json(gone)),
+                                timeout=RPC_TIMEOUT_S)
+    assert late.decision == "Forgotten"
+    assert stored_mib(third, "uid-gone") is None
+
+
 def test_standby_refuses_writes_naming_the_leader_and_takes_over(
     apiserver: FakeApiServer, start_recorder: StartRecorder, tmp_path: Path
 ) -> None:
