@@ -84,7 +84,8 @@ def pod_from_kubernetes(
 def _json_object(raw: bytes) -> dict[str, Any] | None:
     try:
         document = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # Nested deeper than the stack: the common reader names it ("nested too deeply").
         return None
     return document if isinstance(document, dict) else None
 

@@ -331,7 +331,9 @@ class ReferencePod:
       nothing; fewer finished *with* higher restart counts is a re-run: the usage still ahead
       is charged again;
     * terminal phase: zero, for good; a pod first seen terminal is never charged;
-    * a pod without grants is not tracked.
+    * a pod without grants is not tracked;
+    * a forgotten uid (deleted, or a delete seen before the add) is never charged again:
+      Kubernetes never reuses a uid.
     """
 
     spec: PodSpec
@@ -340,9 +342,13 @@ class ReferencePod:
     finished: int = 0
     restarts_seen: int = 0
     usage: Usage = field(default_factory=dict)
+    forgotten: bool = False
+
+    def forget(self) -> None:
+        self.forgotten, self.tracked, self.terminal, self.usage = True, False, False, {}
 
     def apply(self, snapshot: Snapshot) -> None:
-        if not self.spec.has_grants or self.terminal:
+        if not self.spec.has_grants or self.terminal or self.forgotten:
             return
         if snapshot.phase in TERMINAL_PHASES:
             if self.tracked:
@@ -369,7 +375,7 @@ class ReferencePod:
     def copy(self) -> ReferencePod:
         return ReferencePod(
             self.spec, self.tracked, self.terminal, self.finished, self.restarts_seen,
-            dict(self.usage),
+            dict(self.usage), self.forgotten,
         )
 
 

@@ -7,13 +7,13 @@ pods at the end. A restart stops the server and starts a new one on the same jou
 
 Rules: a pod appears (first sight at any point of its life: "an update before its add"), its
 status advances (sometimes skipping statuses, as an informer coalesces), is replayed
-(duplicate), or an older status arrives after a newer one; pods are forgotten; unknown uids are
-forgotten ("a delete before its add"); quotas and node inventories change; the recorder
-restarts. Invariants after every step: each pod's stored usage equals the reference; node and
-namespace totals equal the sum of the stored per-pod usage; nothing is negative. At the end,
-with every pod forgotten, every total is zero.
-
-A forgotten uid recorded again is a separate, expected-to-fail test below (no tombstone yet).
+(duplicate), or an older status arrives after a newer one; pods are forgotten, and a late update
+of a forgotten pod arrives; unknown uids are forgotten and such a uid may appear afterwards ("a
+delete before its add"); quotas and node inventories change; the recorder restarts. Invariants
+after every step: each pod's stored usage equals the reference (a forgotten uid is never
+charged again: Kubernetes never reuses one); node and namespace totals equal the sum of the
+stored per-pod usage; nothing is negative. At the end, with every pod forgotten, every total is
+zero.
 """
 
 from __future__ import annotations
@@ -150,6 +150,10 @@ class RecorderMachine(RuleBasedStateMachine):
         self.namespaces = (f"{self.prefix}-ns-x", f"{self.prefix}-ns-y")
         self.limits: dict[str, dict[str, int]] = {ns: {} for ns in self.namespaces}
         self.pods: dict[str, LivePod] = {}
+        self.gone: dict[str, LivePod] = {}
+        """Forgotten pods: late updates of theirs may still arrive."""
+        self.forgotten_first: list[str] = []
+        """Uids forgotten before they were ever recorded (their add may still arrive)."""
         self.uids = itertools.count()
         self.restarts = 0
 
@@ -204,6 +208,10 @@ class RecorderMachine(RuleBasedStateMachine):
     def pod_appears(self, data: st.DataObject) -> None:
         choose = DataChooser(data)
         uid = f"{self.prefix}-uid-{next(self.uids)}"
+        # "A delete before its add": the add of a uid already forgotten.
+        deleted_first = bool(self.forgotten_first) and choose.boolean(30)
+        if deleted_first:
+            uid = self.forgotten_first.pop(choose.integer(0, len(self.forgotten_first) - 1))
         namespace = self.namespaces[choose.integer(0, 1)]
         node = sorted(self.devices)[choose.integer(0, 1)]
         spec = random_pod(choose, uid, namespace, node, self.devices[node])
@@ -211,6 +219,8 @@ class RecorderMachine(RuleBasedStateMachine):
         # Usually the add; sometimes the first thing seen is a later update.
         first = 0 if choose.boolean(60) else choose.integer(0, len(statuses) - 1)
         pod = LivePod(spec, statuses, first, ReferencePod(spec))
+        if deleted_first:
+            pod.reference.forget()
         self.pods[uid] = pod
         self.deliver(pod, first, data.draw(st.booleans(), label="as json"))
 
@@ -245,7 +255,17 @@ class RecorderMachine(RuleBasedStateMachine):
         assert response.found == pod.reference.tracked, (response, pod.reference)
         assert usage_from_pb(response.released) == pod.reference.usage
         del self.pods[pod.spec.uid]
-        # Kubernetes never reuses a uid: this one is not used again in the sequence.
+        pod.reference.forget()
+        self.gone[pod.spec.uid] = pod
+
+    @precondition(lambda self: bool(self.gone))
+    @rule(data=st.data())
+    def late_update_of_a_forgotten_pod(self, data: st.DataObject) -> None:
+        # A retried or reordered update after the delete: Kubernetes never reuses a uid, so it
+        # charges nothing.
+        pod = self.gone[data.draw(st.sampled_from(sorted(self.gone)), label="forgotten pod")]
+        index = data.draw(st.integers(0, len(pod.statuses) - 1), label="status")
+        self.deliver(pod, index, data.draw(st.booleans(), label="as json"))
 
     @rule(data=st.data(), change=st.sampled_from(
         ["quota", "node", "unknown pod forgotten", "recorder restarts"]))
@@ -266,6 +286,7 @@ class RecorderMachine(RuleBasedStateMachine):
         uid = f"{self.prefix}-uid-{next(self.uids)}"
         response = self.call("ForgetPod", usage_pb2.ForgetPodRequest(pod_uid=uid))
         assert not response.found and not response.released
+        self.forgotten_first.append(uid)
 
     def quota_changes(self, data: st.DataObject) -> None:
         namespace = data.draw(st.sampled_from(self.namespaces), label="namespace")
@@ -300,6 +321,9 @@ class RecorderMachine(RuleBasedStateMachine):
                 assert (response.namespace, response.node_name) == (
                     pod.spec.namespace, pod.spec.node)
                 stored[uid] = usage
+        for uid in [*self.gone, *self.forgotten_first]:
+            response = self.call("GetPodUsage", usage_pb2.GetPodUsageRequest(pod_uid=uid))
+            assert not response.found, (uid, response)
         self.check_totals(stored)
 
     def check_totals(self, stored: dict[str, Usage]) -> None:
