@@ -187,7 +187,7 @@ def _parser() -> argparse.ArgumentParser:
     flag("--enforce-gpu-count", "ENFORCE_GPU_COUNT",
          "enforce limits.nvidia.com/gpu where set; default true", metavar="true|false")
     flag("--usage-cache", "USAGE_CACHE", "read usage directly (off) or from a WatchUsage cache; "
-         "default watch", choices=USAGE_CACHE_MODES)
+         "default off", choices=USAGE_CACHE_MODES)
     flag("--webhook-addr", "WEBHOOK_ADDR",
          "AdmissionReview HTTPS address; default 0.0.0.0:8443 when a certificate is given",
          metavar="HOST:PORT")

@@ -50,7 +50,7 @@ class AdmissionConfig:
     """Deny when the effective device count exceeds ``limits.nvidia.com/gpu``
     (HAMI_ACCOUNTING_ENFORCE_GPU_COUNT, default true; the dimension only applies where such a
     limit is set). HAMi has no count quota; ``false`` restores its behaviour."""
-    usage_cache: str = USAGE_CACHE_WATCH
+    usage_cache: str = USAGE_CACHE_OFF
     """``off`` or ``watch`` (HAMI_ACCOUNTING_USAGE_CACHE); see services.admission.usage_source."""
     webhook_addr: str | None = None
     """``host:port`` of the AdmissionReview HTTPS endpoint (HAMI_ACCOUNTING_WEBHOOK_ADDR;
@@ -76,7 +76,7 @@ class AdmissionConfig:
         usage_addr = env_addr(env, "USAGE_ADDR", DEFAULT_USAGE_ADDR, problems=problems)
         memory_factor = env_int(env, "MEMORY_FACTOR", 1, problems=problems, minimum=1)
         enforce_gpu_count = env_bool(env, "ENFORCE_GPU_COUNT", True, problems=problems)
-        usage_cache = env_str(env, "USAGE_CACHE", USAGE_CACHE_WATCH, problems=problems).lower()
+        usage_cache = env_str(env, "USAGE_CACHE", USAGE_CACHE_OFF, problems=problems).lower()
         if usage_cache not in USAGE_CACHE_MODES:
             problems.append(
                 f"{env_name('USAGE_CACHE')} must be one of {', '.join(USAGE_CACHE_MODES)}, "

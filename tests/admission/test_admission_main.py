@@ -39,7 +39,7 @@ def test_defaults() -> None:
     assert config.common.listen_addr == "127.0.0.1:50051"
     assert config.common.metrics_addr == "127.0.0.1:9101"
     assert config.usage_addr == "127.0.0.1:50053"
-    assert (config.memory_factor, config.enforce_gpu_count, config.usage_cache) == (1, True, "watch")
+    assert (config.memory_factor, config.enforce_gpu_count, config.usage_cache) == (1, True, "off")
     assert config.webhook_addr is None and not config.webhook_enabled
 
 
