@@ -170,7 +170,7 @@ def build_server(
     ]
     server = grpc.server(executor, interceptors=interceptors, options=options)
 
-    register(server)
+    register(_DecodeGuard(server))  # type: ignore[arg-type]  # a proxy of grpc.Server
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -196,6 +196,84 @@ def build_server(
     _LOG.info("gRPC server listening", extra={"listen_addr": listen_addr, "port": port,
                                               "tls": _tls_mode(tls)})
     return handle
+
+
+_UNDECODABLE = object()
+"""Stands in for a request whose bytes do not decode as its message."""
+
+
+def _guarded(method: str, handler: Any) -> Any:
+    """A handler whose undecodable requests get INVALID_ARGUMENT instead of grpcio's INTERNAL.
+
+    grpcio turns a deserializer exception into INTERNAL "Exception deserializing request!"
+    before any of our code runs; bad input must be INVALID_ARGUMENT naming what was wrong.
+    """
+    deserialize = handler.request_deserializer
+    if deserialize is None or handler.request_streaming:
+        return handler
+
+    def safe_deserialize(raw: bytes) -> Any:
+        try:
+            return deserialize(raw)
+        except Exception:  # any decode failure is the caller's bad bytes
+            return _UNDECODABLE
+
+    def refuse_undecodable(behavior: Callable[..., Any]) -> Callable[..., Any]:
+        def guarded(request: Any, context: grpc.ServicerContext) -> Any:
+            if request is _UNDECODABLE:
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"request: the bytes sent to {method} do not decode as its request message "
+                    "(malformed protobuf or a string field that is not UTF-8)",
+                )
+            return behavior(request, context)
+
+        return guarded
+
+    if handler.unary_unary is not None:
+        return handler._replace(
+            request_deserializer=safe_deserialize,
+            unary_unary=refuse_undecodable(handler.unary_unary),
+        )
+    return handler._replace(
+        request_deserializer=safe_deserialize,
+        unary_stream=refuse_undecodable(handler.unary_stream),
+    )
+
+
+class _GuardedGenericHandler(grpc.GenericRpcHandler):  # type: ignore[type-arg]
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        handler = self._inner.service(handler_call_details)
+        if handler is None:
+            return None
+        return _guarded(handler_call_details.method, handler)
+
+
+class _DecodeGuard:
+    """The server as servicer registration sees it: every handler added is decode-guarded."""
+
+    def __init__(self, server: grpc.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[Any]) -> None:
+        self._server.add_generic_rpc_handlers(tuple(_GuardedGenericHandler(h) for h in handlers))
+
+    def add_registered_method_handlers(
+        self, service_name: str, method_handlers: dict[str, Any]
+    ) -> None:
+        self._server.add_registered_method_handlers(  # type: ignore[attr-defined]
+            service_name,
+            {
+                name: _guarded(f"/{service_name}/{name}", handler)
+                for name, handler in method_handlers.items()
+            },
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._server, name)
 
 
 def _daemon_name(service_names: Sequence[str]) -> str:

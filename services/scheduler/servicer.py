@@ -319,6 +319,19 @@ class PodPlacer:
         for attempt in range(1, self._attempts + 1):
             nodes, unknown, quota = self._snapshot(node_names, pod.namespace, timeout(), refresh)
             fit = self._fit(pod, nodes, quota)
+            if (
+                fit.node_name is None
+                and self._node_cache is not None
+                and self._node_cache.live
+                and not refresh.issuperset(node_names)
+            ):
+                # The cache may lag a release acknowledged a moment ago (no read-your-writes):
+                # confirm "no node fits" with direct reads before answering it.
+                refresh.update(node_names)
+                nodes, unknown, quota = self._snapshot(
+                    node_names, pod.namespace, timeout(), refresh
+                )
+                fit = self._fit(pod, nodes, quota)
             if fit.node_name is None:
                 failed = convert.failed_nodes(fit, unknown)
                 return FilterOutcome(

@@ -777,12 +777,6 @@ def test_malformed_inputs_are_refused_naming_a_field(stack: dict[str, Daemon]) -
     assert sum(counts.values()) >= INPUTS + WEBHOOK_INPUTS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: bytes that do not decode as the request message (or a proto3 string "
-    "holding invalid UTF-8) are refused by grpcio before our code runs, with INTERNAL "
-    "'Exception deserializing request!' instead of INVALID_ARGUMENT",
-)
 def test_undecodable_bytes_are_invalid_argument(stack: dict[str, Daemon]) -> None:
     targets = {
         "usage": "/hami.accounting.v1.UsageRecorder/RecordPod",

@@ -179,7 +179,8 @@ def test_the_cache_follows_registrations_recorded_and_forgotten_pods(
     third = filter_pod(stub, pod_of("third", HALF_MIB), ["node2", "node1"])
     assert (third.reason, third.node_name) == ("Scheduled", "node1"), third.message
     assert recorder.node_memory("node1") == CARD_MIB + HALF_MIB
-    assert all(names == () for names in client.node_reads), client.node_reads
+    # The only node read confirmed the cache's "no node fits" for the second pod.
+    assert [names for names in client.node_reads if names] == [("node1",)], client.node_reads
 
 
 def test_an_unregistered_candidate_is_read_once_until_it_registers(
@@ -195,14 +196,15 @@ def test_an_unregistered_candidate_is_read_once_until_it_registers(
     # node1 is full now and ghost is still unknown, both answered from the cache.
     assert dict(second.failed_nodes) == {
         "ghost": "node unregistered", "node1": "1/1 CardInsufficientMemory"}
-    assert client.node_reads == [("ghost",), ()]
+    # The last read confirmed the cache's "no node fits" directly.
+    assert client.node_reads == [("ghost",), (), ("ghost", "node1")]
 
     # Registering the node replaces the "not registered" answer through its event.
     recorder.register_node("ghost", [gpu_device("GPU-g", memory_mib=CARD_MIB)])
     synced(cache, recorder)
     third = filter_pod(stub, pod_of("b", HALF_MIB), ["ghost", "node1"])
     assert (third.reason, third.node_name) == ("Scheduled", "ghost"), third.message
-    assert client.node_reads[2:] == [()]
+    assert client.node_reads[3:] == [()]
 
 
 # -- staleness ---------------------------------------------------------------------------------
