@@ -184,6 +184,14 @@ class Stubs:
     scheduler: scheduler_pb2_grpc.SchedulerStub
 
 
+_RECORDER_WRITES = (
+    usage_pb2.RecordPodResponse,
+    usage_pb2.ForgetPodResponse,
+    usage_pb2.RegisterNodeResponse,
+    usage_pb2.SetQuotaResponse,
+)
+
+
 class Demo:
     """The walk, its output and the checks that differed."""
 
@@ -196,6 +204,8 @@ class Demo:
         self._step = ""
         self._step_number = 0
         self.newcomer: DemoPod | None = None
+        self.usage_revision = 0
+        """The revision of the demo's last write to the recorder: checks read at least that."""
         run = uuid.uuid4().hex[:6]
         self.suffix = f"-{run}"
 
@@ -224,11 +234,15 @@ class Demo:
 
     def call(self, what: str, rpc: Callable[..., _T], request: Any) -> _T:
         try:
-            return rpc(request, timeout=CALL_TIMEOUT_S)
+            response = rpc(request, timeout=CALL_TIMEOUT_S)
         except grpc.RpcError as error:
             code = error.code().name if hasattr(error, "code") else "UNKNOWN"
             details = error.details() if hasattr(error, "details") else str(error)
             raise StepFailed(f"{what} failed: {code}: {details}") from None
+        if isinstance(response, _RECORDER_WRITES):
+            # Read-your-writes: the admission daemon's cache may trail the recorder by an event.
+            self.usage_revision = max(self.usage_revision, response.revision)
+        return response
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -252,7 +266,9 @@ class Demo:
         response = self.call(
             "CheckQuota",
             self.stubs.admission.CheckQuota,
-            admission_pb2.CheckQuotaRequest(kubernetes_pod_json=pod.to_json()),
+            admission_pb2.CheckQuotaRequest(
+                kubernetes_pod_json=pod.to_json(), min_usage_revision=self.usage_revision
+            ),
         )
         verdict = "allowed" if response.allowed else "denied"
         self.detail(f"CheckQuota {pod.name}: {verdict} ({response.reason}): {response.message}")

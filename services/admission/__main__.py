@@ -186,8 +186,8 @@ def _parser() -> argparse.ArgumentParser:
     flag("--memory-factor", "MEMORY_FACTOR", "HAMi's memoryFactor; default 1", metavar="N")
     flag("--enforce-gpu-count", "ENFORCE_GPU_COUNT",
          "enforce limits.nvidia.com/gpu where set; default true", metavar="true|false")
-    flag("--usage-cache", "USAGE_CACHE", "read usage directly (off) or from a WatchUsage cache; "
-         "default off", choices=USAGE_CACHE_MODES)
+    flag("--usage-cache", "USAGE_CACHE", "read usage from a WatchUsage cache (watch) or "
+         "directly for every check (off); default watch", choices=USAGE_CACHE_MODES)
     flag("--webhook-addr", "WEBHOOK_ADDR",
          "AdmissionReview HTTPS address; default 0.0.0.0:8443 when a certificate is given",
          metavar="HOST:PORT")

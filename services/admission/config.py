@@ -26,9 +26,10 @@ from services.common.config import (
 )
 
 USAGE_CACHE_OFF = "off"
-"""Every check reads the namespace's usage from the recorder (the default)."""
+"""Every check reads the namespace's usage from the recorder."""
 USAGE_CACHE_WATCH = "watch"
-"""A local copy fed by the recorder's WatchUsage stream; direct reads while the stream is down."""
+"""A local copy fed by the recorder's WatchUsage stream (the default); direct reads while the
+stream is down and to confirm a denial."""
 USAGE_CACHE_MODES = (USAGE_CACHE_OFF, USAGE_CACHE_WATCH)
 
 DEFAULT_WEBHOOK_ADDR = "0.0.0.0:8443"
@@ -50,7 +51,7 @@ class AdmissionConfig:
     """Deny when the effective device count exceeds ``limits.nvidia.com/gpu``
     (HAMI_ACCOUNTING_ENFORCE_GPU_COUNT, default true; the dimension only applies where such a
     limit is set). HAMi has no count quota; ``false`` restores its behaviour."""
-    usage_cache: str = USAGE_CACHE_OFF
+    usage_cache: str = USAGE_CACHE_WATCH
     """``off`` or ``watch`` (HAMI_ACCOUNTING_USAGE_CACHE); see services.admission.usage_source."""
     webhook_addr: str | None = None
     """``host:port`` of the AdmissionReview HTTPS endpoint (HAMI_ACCOUNTING_WEBHOOK_ADDR;
@@ -76,13 +77,13 @@ class AdmissionConfig:
         usage_addr = env_addr(env, "USAGE_ADDR", DEFAULT_USAGE_ADDR, problems=problems)
         memory_factor = env_int(env, "MEMORY_FACTOR", 1, problems=problems, minimum=1)
         enforce_gpu_count = env_bool(env, "ENFORCE_GPU_COUNT", True, problems=problems)
-        usage_cache = env_str(env, "USAGE_CACHE", USAGE_CACHE_OFF, problems=problems).lower()
+        usage_cache = env_str(env, "USAGE_CACHE", USAGE_CACHE_WATCH, problems=problems).lower()
         if usage_cache not in USAGE_CACHE_MODES:
             problems.append(
                 f"{env_name('USAGE_CACHE')} must be one of {', '.join(USAGE_CACHE_MODES)}, "
                 f"got {usage_cache!r}"
             )
-            usage_cache = USAGE_CACHE_OFF
+            usage_cache = USAGE_CACHE_WATCH
 
         cert = env_path(env, "WEBHOOK_CERT_FILE", problems=problems, must_exist=True)
         key = env_path(env, "WEBHOOK_KEY_FILE", problems=problems, must_exist=True)

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from accounting import kube_pod, validate
+from accounting.errors import InvalidInputError
 from accounting.model import Pod, QuotaItem, VendorResources
 from accounting.pod import EffectiveRequest
 from accounting.quota import QuotaCheckItem, QuotaDecision
@@ -49,6 +50,21 @@ def pod_from_request(
     # The common reader reports a missing source and undecodable JSON with the same words
     # every daemon uses.
     return common.pod_from_source(request, vendors)
+
+
+def min_usage_revision(request: admission_pb2.CheckQuotaRequest) -> int:
+    """The request's read-your-writes revision (0: none asked).
+
+    Raises:
+        InvalidInputError: ``min_usage_revision`` is negative.
+    """
+    if request.min_usage_revision < 0:
+        raise InvalidInputError.single(
+            "min_usage_revision",
+            f"must be >= 0 (a revision a UsageRecorder write returned), got "
+            f"{request.min_usage_revision}",
+        )
+    return request.min_usage_revision
 
 
 def pod_from_kubernetes(

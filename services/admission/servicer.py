@@ -28,7 +28,7 @@ from accounting.pod import EffectiveRequest, effective_request
 from accounting.quota import QuotaDecision, check_quota
 from hami.accounting.v1 import admission_pb2, admission_pb2_grpc
 from services.admission import convert
-from services.admission.usage_source import UsageSource
+from services.admission.usage_source import QuotaItems, UsageSource
 from services.common import telemetry
 from services.common.errors import map_errors
 from services.common.metrics import record_decision
@@ -97,8 +97,8 @@ class QuotaChecker:
         """The vendors whose resources pods are read for."""
         return (self.vendor,)
 
-    def check(self, pod: Pod, *, via: str = "grpc") -> QuotaOutcome:
-        """The decision for ``pod``.
+    def check(self, pod: Pod, *, via: str = "grpc", min_usage_revision: int = 0) -> QuotaOutcome:
+        """The decision for ``pod``, on usage at least as new as ``min_usage_revision``.
 
         Raises:
             DependencyUnavailableError: the recorder cannot be reached (never a silent allow).
@@ -114,15 +114,7 @@ class QuotaChecker:
                     "effective.memory_sized_at_scheduling": effective.memory_sized_at_scheduling,
                 },
             )
-            # A pod that asks for no device needs no usage: it passes even with the recorder down.
-            items = {} if effective.is_empty else self._usage.namespace_items(pod.namespace)
-            decision = check_quota(
-                pod.namespace,
-                effective,
-                items,
-                self.vendor,
-                enforce_gpu_count=self._enforce_gpu_count,
-            )
+            decision = self._decide(pod.namespace, effective, min_usage_revision)
             verdict = "allow" if decision.allowed else "deny"
             telemetry.set_attributes(span, {"decision": verdict, "reason": decision.reason})
             # Without tracing the pod keeps whatever trace it already had.
@@ -142,6 +134,30 @@ class QuotaChecker:
         return QuotaOutcome(pod, effective, decision, traceparent)
 
 
+    def _decide(
+        self, namespace: str, effective: EffectiveRequest, min_usage_revision: int
+    ) -> QuotaDecision:
+        # A pod that asks for no device needs no usage: it passes even with the recorder down.
+        if effective.is_empty:
+            return self._check(namespace, effective, {})
+        items = self._usage.namespace_items(namespace, min_revision=min_usage_revision)
+        decision = self._check(namespace, effective, items)
+        if decision.allowed or not self._usage.may_be_stale:
+            return decision
+        # A cached "no" may be a release the copy has not heard of yet: refuse only on what the
+        # recorder has now (usage_source module docstring). Denials are the rare path.
+        return self._check(
+            namespace, effective, self._usage.namespace_items(namespace, fresh=True)
+        )
+
+    def _check(
+        self, namespace: str, effective: EffectiveRequest, items: QuotaItems
+    ) -> QuotaDecision:
+        return check_quota(
+            namespace, effective, items, self.vendor, enforce_gpu_count=self._enforce_gpu_count
+        )
+
+
 class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
     """``Admission.CheckQuota`` over a ``QuotaChecker``."""
 
@@ -152,8 +168,9 @@ class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
     def CheckQuota(
         self, request: admission_pb2.CheckQuotaRequest, context: grpc.ServicerContext
     ) -> admission_pb2.CheckQuotaResponse:
+        min_usage_revision = convert.min_usage_revision(request)
         pod = convert.pod_from_request(request, self._checker.vendors)
-        outcome = self._checker.check(pod, via="grpc")
+        outcome = self._checker.check(pod, via="grpc", min_usage_revision=min_usage_revision)
         return convert.check_response(
             pod.namespace, outcome.effective, outcome.decision, outcome.traceparent
         )

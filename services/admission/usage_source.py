@@ -2,26 +2,33 @@
 
 Layer: services/admission (adapter). Two sources with one method, ``namespace_items``:
 
-* ``RecorderUsageSource`` calls ``UsageRecorder.GetNamespaceUsage`` for every check, with a
-  deadline (2 s by default). This is the default (``HAMI_ACCOUNTING_USAGE_CACHE=off``): each
-  answer is what the recorder had acknowledged when it answered.
-* ``WatchedUsageSource`` (``HAMI_ACCOUNTING_USAGE_CACHE=watch``) keeps a local copy of every
-  namespace's quota items, fed by ``WatchUsage(send_initial_state=True)`` in a background
-  thread, and falls back to direct reads for a namespace it has not seen and for every
-  namespace while the stream is down (the copy is dropped when the stream breaks and rebuilt
-  from the next stream's initial state).
+* ``WatchedUsageSource`` (``HAMI_ACCOUNTING_USAGE_CACHE=watch``, the default) keeps a local
+  copy of every namespace's quota items, fed by ``WatchUsage(send_initial_state=True)`` in a
+  background thread (``services.common.usage_watch``), and falls back to direct reads for a
+  namespace it has not seen and for every namespace while the stream is down (the copy is
+  dropped when the stream breaks and rebuilt from the next stream's initial state).
+* ``RecorderUsageSource`` (``HAMI_ACCOUNTING_USAGE_CACHE=off``) calls
+  ``UsageRecorder.GetNamespaceUsage`` for every check, with a deadline (2 s by default): each
+  answer is what the recorder had acknowledged when it answered. The cache also uses it for the
+  reads it cannot answer and for ``fresh=True`` reads.
 
 How stale the watch cache can be: while the stream is up, by one event's propagation delay
 (the recorder queues the event when it commits the change; the stream delivers it, typically
-well under a millisecond on a local network, more under load). A stream that dies without an
-error (a silently dropped connection) is bounded by ``stream_lifetime_s``: each stream carries
-that deadline and is re-opened, with a fresh snapshot, when it expires.
+well under a millisecond on a local network, more under load; ``make bench`` measures it). A
+stream that dies without an error (a silently dropped connection) is bounded by
+``stream_lifetime_s``: each stream carries that deadline and is re-opened, with a fresh
+snapshot, when it expires.
 
-Neither source makes the quota check atomic. Two pods of one namespace checked at the same time
-both see the same "already used", so both can pass where only one fits — exactly as in HAMi,
-whose webhook reads its QuotaManager without reserving. The atomic re-check is the scheduler's
-``Reserve`` in the recorder, which charges the pod's real grants under the recorder's lock and
-refuses what no longer fits. Admission is the early, friendly "no"; Reserve is the guarantee.
+Why that staleness is safe, and why it is the default: the quota check never was atomic. Two
+pods of one namespace checked at the same time both see the same "already used", so both can
+pass where only one fits — exactly as in HAMi, whose webhook reads its QuotaManager without
+reserving — and a pod is only charged when it is recorded, seconds later. The guarantee is the
+scheduler's ``Reserve`` in the recorder, which re-checks the pod's real grants against the
+namespace quota under the recorder's lock and refuses what no longer fits. Admission is the
+early, friendly "no"; a cached "yes" can at worst let through a pod that Reserve then refuses.
+A cached "no" would be a wrong refusal of a pod that fits, so the checker confirms every denial
+with a ``fresh`` read before answering (``QuotaChecker``). The direct reads cost a second
+round trip per check (2.5 x a no-op RPC instead of 1.2 x, docs/benchmarks.md).
 
 A recorder that cannot be reached is ``DependencyUnavailableError`` naming its address
 (UNAVAILABLE on gRPC, 503 in an AdmissionReview) — never a silent allow.
@@ -41,6 +48,7 @@ from accounting.model import QuotaItem
 from hami.accounting.v1 import usage_pb2, usage_pb2_grpc
 from services.admission import convert
 from services.common.errors import DependencyUnavailableError
+from services.common.usage_watch import UsageWatch
 
 _LOG = logging.getLogger(__name__)
 
@@ -48,8 +56,10 @@ DEFAULT_USAGE_TIMEOUT_S = 2.0
 """Deadline of every GetNamespaceUsage call."""
 DEFAULT_STREAM_LIFETIME_S = 60.0
 """Deadline of one WatchUsage stream; it is re-opened (with a fresh snapshot) when it expires."""
-_RETRY_INITIAL_S = 0.2
-_RETRY_MAX_S = 5.0
+DEFAULT_MIN_REVISION_WAIT_S = 0.25
+"""How long a check asking for a revision the cache has not reached waits for its event before
+reading the recorder directly (a revision from a restarted recorder's past, or a lagging
+stream)."""
 
 QuotaItems = Mapping[str, QuotaItem]
 """A namespace's quota items keyed by resource name (nvidia.com/gpumem, ...)."""
@@ -58,12 +68,20 @@ QuotaItems = Mapping[str, QuotaItem]
 class UsageSource(Protocol):
     """What the quota check needs: a namespace's used and limit per resource."""
 
-    def namespace_items(self, namespace: str) -> QuotaItems:
-        """The namespace's items.
+    def namespace_items(
+        self, namespace: str, *, fresh: bool = False, min_revision: int = 0
+    ) -> QuotaItems:
+        """The namespace's items: with ``fresh``, as the recorder has them now (no cache); with
+        ``min_revision``, at least as new as that recorder revision (read-your-writes).
 
         Raises:
             DependencyUnavailableError: the recorder cannot be reached or did not answer in time.
         """
+        ...
+
+    @property
+    def may_be_stale(self) -> bool:
+        """True when answers can come from a copy (a ``fresh`` read then asks the recorder)."""
         ...
 
     def close(self) -> None:
@@ -97,7 +115,14 @@ class RecorderUsageSource:
         """The recorder's address, named in every error."""
         self._timeout_s = timeout_s
 
-    def namespace_items(self, namespace: str) -> QuotaItems:
+    @property
+    def may_be_stale(self) -> bool:
+        return False
+
+    def namespace_items(
+        self, namespace: str, *, fresh: bool = False, min_revision: int = 0
+    ) -> QuotaItems:
+        # Every direct answer is at least as new as any revision the recorder handed out.
         try:
             response = self._stub.GetNamespaceUsage(
                 usage_pb2.GetNamespaceUsageRequest(namespace=namespace),
@@ -125,27 +150,36 @@ class WatchedUsageSource:
         watch_channel: grpc.Channel,
         *,
         stream_lifetime_s: float = DEFAULT_STREAM_LIFETIME_S,
+        min_revision_wait_s: float = DEFAULT_MIN_REVISION_WAIT_S,
     ) -> None:
         self._direct = direct
-        self._watch_channel = watch_channel
-        self._stub = usage_pb2_grpc.UsageRecorderStub(watch_channel)
-        self._stream_lifetime_s = stream_lifetime_s
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._cache: dict[str, QuotaItems] = {}
         self._live = False
+        self._revision = -1
+        """Revision of the last event applied on the current stream (-1: none yet)."""
+        self._min_revision_wait_s = min_revision_wait_s
         # Bumped whenever the cache is dropped, so a direct read that started before cannot
         # re-insert what it read into a newer (or dead) stream's cache.
         self._generation = 0
-        self._call: grpc.CallIterator[usage_pb2.UsageEvent] | None = None
-        self._stop = threading.Event()
         self._connected = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name="admission-usage-watch", daemon=True
+        self._watch = UsageWatch(
+            watch_channel,
+            direct.target,
+            what="namespace usage",
+            stream_lifetime_s=stream_lifetime_s,
+            on_reset=self._drop,
+            on_event=self._apply,
         )
 
     @property
     def target(self) -> str:
         return self._direct.target
+
+    @property
+    def may_be_stale(self) -> bool:
+        return True
 
     @property
     def live(self) -> bool:
@@ -158,17 +192,31 @@ class WatchedUsageSource:
             return frozenset(self._cache)
 
     def start(self) -> WatchedUsageSource:
-        self._thread.start()
+        self._watch.start()
         return self
 
     def wait_connected(self, timeout_s: float) -> bool:
         """Waits until a stream has delivered its first event (tests, start-up logs)."""
         return self._connected.wait(timeout_s)
 
-    def namespace_items(self, namespace: str) -> QuotaItems:
-        with self._lock:
+    def namespace_items(
+        self, namespace: str, *, fresh: bool = False, min_revision: int = 0
+    ) -> QuotaItems:
+        if fresh:
+            # Not stored: without a revision on the answer, it cannot be told apart from an
+            # older one, and the stream delivers the same change anyway.
+            return self._direct.namespace_items(namespace)
+        with self._changed:
+            if min_revision > self._revision and self._live:
+                # The write is usually one event away: waiting for it is cheaper than a read.
+                self._changed.wait_for(
+                    lambda: not self._live or self._revision >= min_revision,
+                    self._min_revision_wait_s,
+                )
             live, generation = self._live, self._generation
-            cached = self._cache.get(namespace) if live else None
+            cached = (
+                self._cache.get(namespace) if live and self._revision >= min_revision else None
+            )
         if cached is not None:
             return cached
         items = self._direct.namespace_items(namespace)
@@ -180,14 +228,7 @@ class WatchedUsageSource:
         return items
 
     def close(self) -> None:
-        self._stop.set()
-        with self._lock:
-            call = self._call
-        if call is not None:
-            call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leave it untyped
-        if self._thread.is_alive():
-            self._thread.join(timeout=5.0)
-        self._watch_channel.close()
+        self._watch.close()
         self._direct.close()
 
     # -- the watch thread ------------------------------------------------------------------------
@@ -197,53 +238,19 @@ class WatchedUsageSource:
             self._cache.clear()
             self._generation += 1
             self._live = live
-
-    def _run(self) -> None:
-        retry_s = _RETRY_INITIAL_S
-        while not self._stop.is_set():
-            call = self._stub.WatchUsage(
-                usage_pb2.WatchUsageRequest(send_initial_state=True),
-                timeout=self._stream_lifetime_s,
-            )
-            with self._lock:
-                self._call = call
-            if self._stop.is_set():
-                call.cancel()  # type: ignore[no-untyped-call]
-                break
-            self._drop(live=True)
-            try:
-                for event in call:
-                    self._apply(event)
-                    retry_s = _RETRY_INITIAL_S
-                # The recorder ended the stream (it is shutting down): reconnect.
-                planned = False
-            except grpc.RpcError as error:
-                code = error.code() if callable(getattr(error, "code", None)) else None
-                planned = code == grpc.StatusCode.DEADLINE_EXCEEDED
-                if not planned and not self._stop.is_set():
-                    _LOG.warning(
-                        "usage watch stream to %s failed (%s); reading usage directly until it "
-                        "is back",
-                        self.target,
-                        code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN",
-                    )
-            except Exception:
-                # A bug must not end the thread: the cache would silently stay off.
-                planned = False
-                _LOG.exception("usage watch stream to %s broke; reconnecting", self.target)
-            finally:
-                self._drop(live=False)
-                with self._lock:
-                    self._call = None
-            if not planned:
-                self._stop.wait(retry_s)
-                retry_s = min(retry_s * 2, _RETRY_MAX_S)
+            self._revision = -1
+            self._changed.notify_all()
 
     def _apply(self, event: usage_pb2.UsageEvent) -> None:
         self._connected.set()
         # Node-only events carry no namespace; every event with one carries its full state.
-        if not event.namespace:
-            return
-        items = MappingProxyType(dict(convert.quota_items_from_pb(event.namespace_items)))
+        items = (
+            MappingProxyType(dict(convert.quota_items_from_pb(event.namespace_items)))
+            if event.namespace
+            else None
+        )
         with self._lock:
-            self._cache[event.namespace] = items
+            if items is not None:
+                self._cache[event.namespace] = items
+            self._revision = event.revision
+            self._changed.notify_all()

@@ -54,7 +54,8 @@ from typing import Literal, Protocol
 import grpc
 
 from accounting.fit import NodeState, QuotaContext
-from hami.accounting.v1 import usage_pb2, usage_pb2_grpc
+from hami.accounting.v1 import usage_pb2
+from services.common.usage_watch import UsageWatch
 from services.scheduler import convert
 
 _LOG = logging.getLogger(__name__)
@@ -64,8 +65,6 @@ DEFAULT_STREAM_LIFETIME_S = 300.0
 expires. Bounds how long a connection that died without an error can go unnoticed; each
 re-open re-sends every node, so it is longer than the admission cache's (which holds only
 namespaces)."""
-_RETRY_INITIAL_S = 0.2
-_RETRY_MAX_S = 5.0
 
 
 class _Unknown(enum.Enum):
@@ -109,9 +108,6 @@ class NodeCache:
         stream_lifetime_s: float = DEFAULT_STREAM_LIFETIME_S,
     ) -> None:
         self._direct = direct
-        self._watch_channel = watch_channel
-        self._stub = usage_pb2_grpc.UsageRecorderStub(watch_channel)
-        self._stream_lifetime_s = stream_lifetime_s
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         # Replaced, never cleared, when a stream ends: a Filter still reading the old dict
@@ -126,10 +122,13 @@ class NodeCache:
         self._generation = 0
         self._revision = -1
         """Revision of the last event applied on the current stream (-1: none yet)."""
-        self._call: grpc.CallIterator[usage_pb2.UsageEvent] | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name="scheduler-node-watch", daemon=True
+        self._watch = UsageWatch(
+            watch_channel,
+            direct.target,
+            what="node usage",
+            stream_lifetime_s=stream_lifetime_s,
+            on_reset=self._reset,
+            on_event=self._apply,
         )
 
     @property
@@ -148,7 +147,7 @@ class NodeCache:
             return dict(self._nodes)
 
     def start(self) -> NodeCache:
-        self._thread.start()
+        self._watch.start()
         return self
 
     def wait_for_revision(self, revision: int, timeout_s: float) -> bool:
@@ -163,14 +162,7 @@ class NodeCache:
 
     def close(self) -> None:
         """Ends the stream and its thread and closes the watch channel (idempotent)."""
-        self._stop.set()
-        with self._lock:
-            call = self._call
-        if call is not None:
-            call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leave it untyped
-        if self._thread.is_alive():
-            self._thread.join(timeout=5.0)
-        self._watch_channel.close()
+        self._watch.close()
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -261,47 +253,6 @@ class NodeCache:
             self._generation += 1
             self._live = live
             self._changed.notify_all()
-
-    def _run(self) -> None:
-        retry_s = _RETRY_INITIAL_S
-        while not self._stop.is_set():
-            call = self._stub.WatchUsage(
-                usage_pb2.WatchUsageRequest(send_initial_state=True),
-                timeout=self._stream_lifetime_s,
-            )
-            with self._lock:
-                self._call = call
-            if self._stop.is_set():
-                call.cancel()  # type: ignore[no-untyped-call]
-                break
-            self._reset(live=True)
-            try:
-                for event in call:
-                    self._apply(event)
-                    retry_s = _RETRY_INITIAL_S
-                # The recorder ended the stream (it is shutting down): reconnect.
-                planned = False
-            except grpc.RpcError as error:
-                code = error.code() if callable(getattr(error, "code", None)) else None
-                planned = code == grpc.StatusCode.DEADLINE_EXCEEDED
-                if not planned and not self._stop.is_set():
-                    _LOG.warning(
-                        "node usage watch stream to %s failed (%s); reading node usage directly "
-                        "until it is back",
-                        self.target,
-                        code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN",
-                    )
-            except Exception:
-                # A bug must not end the thread: the cache would silently stay off.
-                planned = False
-                _LOG.exception("node usage watch stream to %s broke; reconnecting", self.target)
-            finally:
-                self._reset(live=False)
-                with self._lock:
-                    self._call = None
-            if not planned:
-                self._stop.wait(retry_s)
-                retry_s = min(retry_s * 2, _RETRY_MAX_S)
 
     def _apply(self, event: usage_pb2.UsageEvent) -> None:
         state: NodeState | None = None

@@ -82,7 +82,9 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     ) -> usage_pb2.RecordPodResponse:
         self._require_leader()
         pod = common.pod_from_source(request, self._vendors)
-        return convert.record_response(self._store.record_pod(pod))
+        response = convert.record_response(self._store.record_pod(pod))
+        response.revision = self._store.visible_revision
+        return response
 
     @map_errors
     def ForgetPod(
@@ -90,7 +92,9 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     ) -> usage_pb2.ForgetPodResponse:
         self._require_leader()
         pod_uid = convert.require_pod_uid(request.pod_uid)
-        return convert.forget_response(self._store.forget_pod(pod_uid))
+        response = convert.forget_response(self._store.forget_pod(pod_uid))
+        response.revision = self._store.visible_revision
+        return response
 
     @map_errors
     def Reserve(
@@ -98,7 +102,9 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     ) -> usage_pb2.ReserveResponse:
         self._require_leader()
         pod = convert.reserve_pod(request, self._vendors)
-        return convert.reserve_response(self._store.reserve(pod, request.node_name))
+        response = convert.reserve_response(self._store.reserve(pod, request.node_name))
+        response.revision = self._store.visible_revision
+        return response
 
     @map_errors
     def RegisterNode(
@@ -106,9 +112,11 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     ) -> usage_pb2.RegisterNodeResponse:
         self._require_leader()
         node = common.node_from_source(request)
-        return convert.register_node_response(
+        response = convert.register_node_response(
             self._store.register_node(node.node_name, node.devices)
         )
+        response.revision = self._store.visible_revision
+        return response
 
     @map_errors
     def SetQuota(
@@ -116,7 +124,9 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     ) -> usage_pb2.SetQuotaResponse:
         self._require_leader()
         items = self._store.set_quota(request.namespace, dict(request.limits))
-        return convert.set_quota_response(items)
+        response = convert.set_quota_response(items)
+        response.revision = self._store.visible_revision
+        return response
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -241,6 +241,9 @@ class UsageStore:
         """uid -> the pod's hami.io/traceparent, for spans about it that carry no pod."""
         self._on_synced = on_synced
         self._synced = False
+        self._visible_revision = 0
+        """Revision of the last change a reader or watcher can see (a tombstone-only change
+        bumps the ledger's revision but publishes no event, so it is not this)."""
 
     # -- recovery ------------------------------------------------------------------------------
 
@@ -291,6 +294,7 @@ class UsageStore:
         if state.revision:
             # Watchers compare revisions across restarts: continue from the acknowledged one.
             ledger.revision = state.revision
+        self._visible_revision = ledger.revision
         for node_name in self._known_nodes():
             self._publish_node_gauge(node_name)
         for namespace in ledger.namespaces():
@@ -449,6 +453,7 @@ class UsageStore:
             self._traceparents.pop(uid, None)
         if not change.changed:
             return  # only a tombstone: nothing a reader or watcher sees changed
+        self._visible_revision = self._ledger.revision
         nodes = change.node_names or ("",)
         for node_name in change.node_names:
             self._publish_node_gauge(node_name)
@@ -528,6 +533,7 @@ class UsageStore:
             self._after_node_change(node_name)
 
     def _after_node_change(self, node_name: str) -> None:
+        self._visible_revision = self._ledger.revision
         self._publish_node_gauge(node_name)
         if self._subscriptions:
             self._publish(
@@ -578,6 +584,7 @@ class UsageStore:
                     revision,
                 )
                 items = tuple(self._ledger.namespace_items(namespace).values())
+                self._visible_revision = self._ledger.revision
                 if self._subscriptions:
                     self._publish(
                         [
@@ -620,6 +627,14 @@ class UsageStore:
     def revision(self) -> int:
         with self._lock:
             return self._ledger.revision
+
+    @property
+    def visible_revision(self) -> int:
+        """The revision a write's response hands back as its read-your-writes token: every
+        change up to it has been published to watchers (a watcher that has applied an event of
+        this revision or later has seen them all)."""
+        with self._lock:
+            return self._visible_revision
 
     def pod(self, pod_uid: str) -> StoredPod | None:
         """What is stored for a pod, or None."""

@@ -115,6 +115,12 @@ class Recorder:
     target: str
     stub: usage_pb2_grpc.UsageRecorderStub
     _counter: list[int] = field(default_factory=lambda: [0])
+    _revision: list[int] = field(default_factory=lambda: [0])
+
+    @property
+    def revision(self) -> int:
+        """The read-your-writes token of the last write made through this client."""
+        return self._revision[0]
 
     def set_quota(self, namespace: str, mib: int | None = None, cores: int | None = None,
                   count: int | None = None) -> None:
@@ -125,8 +131,10 @@ class Recorder:
             limits[f"limits.{CORES}"] = cores
         if count is not None:
             limits[f"limits.{COUNT}"] = count
-        self.stub.SetQuota(usage_pb2.SetQuotaRequest(namespace=namespace, limits=limits),
-                           timeout=5)
+        response = self.stub.SetQuota(
+            usage_pb2.SetQuotaRequest(namespace=namespace, limits=limits), timeout=5
+        )
+        self._revision[0] = response.revision
 
     def use(self, namespace: str, mib: int, cores: int = 0) -> str:
         """Charges the namespace ``mib``/``cores`` with a running pod; returns its uid."""
@@ -135,7 +143,10 @@ class Recorder:
         pod = PodBuilder(name, namespace=namespace).app(
             "main", gpu(f"GPU-{namespace}-{self._counter[0]}", mib=mib, cores=cores)
         ).build()
-        self.stub.RecordPod(usage_pb2.RecordPodRequest(pod=common.pod_to_pb(pod)), timeout=5)
+        response = self.stub.RecordPod(
+            usage_pb2.RecordPodRequest(pod=common.pod_to_pb(pod)), timeout=5
+        )
+        self._revision[0] = response.revision
         return pod.uid
 
     def namespace_items(self, namespace: str) -> list[tuple[str, int, int, bool]]:
@@ -148,9 +159,17 @@ class Recorder:
 CheckFn = Callable[[admission_pb2.CheckQuotaRequest], admission_pb2.CheckQuotaResponse]
 
 
-def checker(channel: grpc.Channel) -> CheckFn:
+def checker(channel: grpc.Channel, after: Recorder | None = None) -> CheckFn:
+    """CheckQuota; with ``after``, on usage at least as new as that client's last write."""
     stub = admission_pb2_grpc.AdmissionStub(channel)
-    return lambda request: stub.CheckQuota(request, timeout=10)
+
+    def check(request: admission_pb2.CheckQuotaRequest) -> admission_pb2.CheckQuotaResponse:
+        if after is not None:
+            request = admission_pb2.CheckQuotaRequest.FromString(request.SerializeToString())
+            request.min_usage_revision = after.revision
+        return stub.CheckQuota(request, timeout=10)
+
+    return check
 
 
 def item(response: admission_pb2.CheckQuotaResponse, resource: str) -> admission_pb2.QuotaCheckItem:

@@ -95,7 +95,7 @@ def start_admission_daemon(
 
 @pytest.fixture
 def admission(start_admission_daemon: StartAdmission) -> AdmissionDaemon:
-    """An admission daemon with the defaults (memory factor 1, direct reads)."""
+    """An admission daemon with the defaults (memory factor 1, the WatchUsage cache)."""
     return start_admission_daemon()
 
 

@@ -30,6 +30,7 @@ from admission_support import (
 
 from accounting.model import TRACEPARENT_ANNOTATION
 from hami.accounting.v1 import admission_pb2, usage_pb2
+from services.admission.__main__ import AdmissionDaemon
 from services.common.server import client_channel
 from tests.builders import PodBuilder, req
 
@@ -40,9 +41,18 @@ def fresh_namespace(label: str) -> str:
     return f"{label.lower()}-{next(_namespaces)}"
 
 
+@pytest.fixture(params=["watch", "off"], ids=["cache", "direct"])
+def admission(request: pytest.FixtureRequest, start_admission_daemon: StartAdmission
+              ) -> AdmissionDaemon:
+    """Every case with both usage sources: they must decide alike."""
+    return start_admission_daemon(usage_cache=request.param)
+
+
 @pytest.fixture
-def check(admission_channel: grpc.Channel) -> CheckFn:
-    return checker(admission_channel)
+def check(admission_channel: grpc.Channel, recorder: Recorder) -> CheckFn:
+    # Every check reads this test's own writes, as a caller that passes the write's revision
+    # does (the admission cache may otherwise trail the recorder by one event).
+    return checker(admission_channel, after=recorder)
 
 
 # -- one pod in both shapes ---------------------------------------------------------------------

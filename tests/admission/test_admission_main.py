@@ -39,7 +39,8 @@ def test_defaults() -> None:
     assert config.common.listen_addr == "127.0.0.1:50051"
     assert config.common.metrics_addr == "127.0.0.1:9101"
     assert config.usage_addr == "127.0.0.1:50053"
-    assert (config.memory_factor, config.enforce_gpu_count, config.usage_cache) == (1, True, "off")
+    assert (config.memory_factor, config.enforce_gpu_count) == (1, True)
+    assert config.usage_cache == "watch"
     assert config.webhook_addr is None and not config.webhook_enabled
 
 
@@ -50,7 +51,7 @@ def test_every_variable(serving_certificate: tuple[Path, Path]) -> None:
         "HAMI_ACCOUNTING_USAGE_ADDR": "usage:50053",
         "HAMI_ACCOUNTING_MEMORY_FACTOR": "4",
         "HAMI_ACCOUNTING_ENFORCE_GPU_COUNT": "false",
-        "HAMI_ACCOUNTING_USAGE_CACHE": "watch",
+        "HAMI_ACCOUNTING_USAGE_CACHE": "off",
         "HAMI_ACCOUNTING_WEBHOOK_CERT_FILE": str(cert),
         "HAMI_ACCOUNTING_WEBHOOK_KEY_FILE": str(key),
     })
@@ -58,7 +59,7 @@ def test_every_variable(serving_certificate: tuple[Path, Path]) -> None:
     assert config.common.listen_addr == "0.0.0.0:6000"
     assert config.usage_addr == "usage:50053"
     assert (config.memory_factor, config.enforce_gpu_count) == (4, False)
-    assert config.usage_cache == "watch"
+    assert config.usage_cache == "off"
     # The webhook listens on its default address once a certificate is configured.
     assert config.webhook_addr == "0.0.0.0:8443"
     assert (config.webhook_cert_file, config.webhook_key_file) == (cert, key)

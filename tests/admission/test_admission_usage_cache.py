@@ -1,5 +1,6 @@
-"""HAMI_ACCOUNTING_USAGE_CACHE=watch: a local copy fed by WatchUsage, direct reads while the
-stream is down, and the same decisions as direct reads.
+"""HAMI_ACCOUNTING_USAGE_CACHE=watch (the default): a local copy fed by WatchUsage, direct reads
+while the stream is down, read-your-writes for a check that passes a write's revision, and
+denials confirmed against the recorder.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from admission_support import (
     wait_until,
 )
 
+from accounting.model import QuotaItem
 from hami.accounting.v1 import admission_pb2, usage_pb2_grpc
 from services.admission.__main__ import AdmissionDaemon
+from services.admission.servicer import QuotaChecker
 from services.admission.usage_source import WatchedUsageSource
 from services.common.server import client_channel
 from tests.builders import PodBuilder, req
@@ -107,3 +110,91 @@ def test_reads_fall_back_to_the_recorder_while_the_stream_is_down_and_resume_aft
                    "the stream to come back")
         assert not check(_pod("cache-b", 2000)).allowed
         assert check(_pod("cache-b", 1000)).allowed
+
+
+def test_a_check_that_passes_a_writes_revision_sees_that_write(
+    start_admission_daemon: StartAdmission, recorder: Recorder
+) -> None:
+    recorder.set_quota("cache-ryw", mib=10**6)
+    daemon = start_admission_daemon(usage_cache="watch")
+    wait_until(lambda: "cache-ryw" in _source(daemon).cached_namespaces(), "the snapshot")
+
+    with client_channel(daemon.target) as channel:
+        check = checker(channel, after=recorder)
+        used = 0
+        # Each write is checked at once: without the revision the cache may not have it yet.
+        for mib in range(100, 3100, 100):
+            recorder.use("cache-ryw", mib)
+            used += mib
+            response = check(_pod("cache-ryw", 1))
+            assert item(response, MEMORY).used == used
+    assert "cache-ryw" in _source(daemon).cached_namespaces()  # answered from the copy
+
+
+def test_a_revision_the_cache_never_reaches_is_read_directly(
+    start_admission_daemon: StartAdmission, recorder: Recorder
+) -> None:
+    recorder.set_quota("cache-future", mib=5000)
+    recorder.use("cache-future", 1200)
+    daemon = start_admission_daemon(usage_cache="watch")
+    assert _source(daemon).wait_connected(10)
+    request = _pod("cache-future", 1000)
+    request.min_usage_revision = recorder.revision + 10**9  # e.g. a token from another recorder
+
+    with client_channel(daemon.target) as channel:
+        response = checker(channel)(request)
+
+    assert response.allowed
+    assert item(response, MEMORY).used == 1200
+
+
+def test_a_negative_revision_is_invalid_and_named(
+    start_admission_daemon: StartAdmission,
+) -> None:
+    request = _pod("cache-bad", 1)
+    request.min_usage_revision = -1
+    with client_channel(start_admission_daemon().target) as channel, \
+            pytest.raises(grpc.RpcError) as caught:
+        checker(channel)(request)
+
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "min_usage_revision" in caught.value.details()
+
+
+class _StaleCopy:
+    """A usage source whose copy says the namespace is full while the recorder has it empty."""
+
+    may_be_stale = True
+
+    def __init__(self) -> None:
+        self.fresh_reads = 0
+
+    def namespace_items(self, namespace: str, *, fresh: bool = False, min_revision: int = 0
+                        ) -> dict[str, QuotaItem]:
+        if fresh:
+            self.fresh_reads += 1
+        used = 0 if fresh else 900
+        return {MEMORY: QuotaItem(MEMORY, used=used, limit=1000, limit_set=True)}
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("mib", "allowed", "fresh_reads"),
+    [
+        pytest.param(50, True, 0, id="a-cached-yes-is-answered-from-the-copy"),
+        pytest.param(500, True, 1, id="a-cached-no-is-re-read-and-becomes-yes"),
+        pytest.param(5000, False, 1, id="a-real-no-stays-no-after-the-re-read"),
+    ],
+)
+def test_a_denial_from_the_copy_is_confirmed_against_the_recorder(
+    mib: int, allowed: bool, fresh_reads: int
+) -> None:
+    source = _StaleCopy()
+    outcome = QuotaChecker(source).check(
+        PodBuilder("p", namespace="stale").app("a", req(1, mib=mib)).build()
+    )
+
+    assert outcome.decision.allowed is allowed
+    assert source.fresh_reads == fresh_reads

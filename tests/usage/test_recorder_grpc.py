@@ -959,6 +959,37 @@ class Watcher:
 K = usage_pb2
 
 
+def test_each_write_returns_the_revision_of_the_event_that_shows_it(stub: Stub) -> None:
+    watcher = Watcher(stub, send_initial_state=False)
+    quota = stub.SetQuota(usage_pb2.SetQuotaRequest(
+        namespace=NS, limits={"limits.nvidia.com/gpumem": CARD_MIB}), timeout=RPC_TIMEOUT_S)
+    node = stub.RegisterNode(usage_pb2.RegisterNodeRequest(
+        kubernetes_node_json=to_json(kube_node(NODE, [gpu_device(GPU, memory_mib=CARD_MIB)]))),
+        timeout=RPC_TIMEOUT_S)
+    recorded = record(stub, bound_seed_pod(init_statuses=[running("convert-weights")]), "typed")
+    replayed = record(stub, bound_seed_pod(init_statuses=[running("convert-weights")]), "typed")
+    forgotten = stub.ForgetPod(usage_pb2.ForgetPodRequest(pod_uid=SEED_UID),
+                               timeout=RPC_TIMEOUT_S)
+    # Unknown uid: only a tombstone is written, which no watcher sees.
+    tombstone = stub.ForgetPod(usage_pb2.ForgetPodRequest(pod_uid="uid-never-seen"),
+                               timeout=RPC_TIMEOUT_S)
+
+    events = watcher.wait_for(4)
+    assert [e.kind for e in events] == [
+        K.USAGE_EVENT_KIND_QUOTA_SET,
+        K.USAGE_EVENT_KIND_NODE_REGISTERED,
+        K.USAGE_EVENT_KIND_POD_CHANGED,
+        K.USAGE_EVENT_KIND_POD_FORGOTTEN,
+    ]
+    assert [quota.revision, node.revision, recorded.revision, forgotten.revision] == [
+        e.revision for e in events]
+    # A write that changes nothing a reader sees hands back the last visible revision, so a
+    # reader waiting for it is not left waiting for an event that never comes.
+    assert replayed.decision == "Unchanged" and replayed.revision == recorded.revision
+    assert tombstone.revision == forgotten.revision
+    watcher.call.cancel()
+
+
 def test_watch_usage_reports_snapshot_then_every_change(stub: Stub) -> None:
     one_gpu_cluster(stub)
     watcher = Watcher(stub, send_initial_state=True)

@@ -27,8 +27,16 @@ class CheckQuotaRequest(_message.Message):
 
     POD_FIELD_NUMBER: _builtins.int
     KUBERNETES_POD_JSON_FIELD_NUMBER: _builtins.int
+    MIN_USAGE_REVISION_FIELD_NUMBER: _builtins.int
     kubernetes_pod_json: _builtins.bytes
     """The Kubernetes Pod exactly as Go's json.Marshal(pod) writes it."""
+    min_usage_revision: _builtins.int
+    """Read-your-writes: answer from usage at least as new as this recorder
+    revision (the revision field of a UsageRecorder write's response). 0: the
+    newest usage the admission daemon has, which with its WatchUsage cache can
+    trail the recorder by one event's propagation delay. A denial is always
+    confirmed against the recorder itself.
+    """
     @_builtins.property
     def pod(self) -> _types_pb2.Pod:
         """The typed pod."""
@@ -38,10 +46,11 @@ class CheckQuotaRequest(_message.Message):
         *,
         pod: _types_pb2.Pod | None = ...,
         kubernetes_pod_json: _builtins.bytes = ...,
+        min_usage_revision: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["kubernetes_pod_json", b"kubernetes_pod_json", "pod", b"pod", "pod_source", b"pod_source"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kubernetes_pod_json", b"kubernetes_pod_json", "pod", b"pod", "pod_source", b"pod_source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kubernetes_pod_json", b"kubernetes_pod_json", "min_usage_revision", b"min_usage_revision", "pod", b"pod", "pod_source", b"pod_source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_pod_source: _TypeAlias = _typing.Literal["pod", "kubernetes_pod_json"]  # noqa: Y015
     _WhichOneofArgType_pod_source: _TypeAlias = _typing.Literal["pod_source", b"pod_source"]  # noqa: Y015

@@ -91,6 +91,7 @@ class RecordPodResponse(_message.Message):
     DECISION_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     TRACKED_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
     init_released: _builtins.bool
     """Whether the init-container share has been released (the shrink ran)."""
     decision: _builtins.str
@@ -101,6 +102,11 @@ class RecordPodResponse(_message.Message):
     """One sentence on why."""
     tracked: _builtins.bool
     """Whether the pod is tracked after this update."""
+    revision: _builtins.int
+    """The recorder's revision once this call's change (if any) is visible to
+    WatchUsage subscribers. Pass it as CheckQuotaRequest.min_usage_revision to
+    read your own write through a cache.
+    """
     @_builtins.property
     def stored(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.DeviceUsage]:
         """What is stored for the pod after this update, one entry per device UUID."""
@@ -113,10 +119,11 @@ class RecordPodResponse(_message.Message):
         decision: _builtins.str = ...,
         message: _builtins.str = ...,
         tracked: _builtins.bool = ...,
+        revision: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision", "init_released", b"init_released", "message", b"message", "stored", b"stored", "tracked", b"tracked"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision", "init_released", b"init_released", "message", b"message", "revision", b"revision", "stored", b"stored", "tracked", b"tracked"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -148,8 +155,14 @@ class ForgetPodResponse(_message.Message):
 
     RELEASED_FIELD_NUMBER: _builtins.int
     FOUND_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
     found: _builtins.bool
     """Whether the pod was tracked."""
+    revision: _builtins.int
+    """The recorder's revision once this call's change (if any) is visible to
+    WatchUsage subscribers. Pass it as CheckQuotaRequest.min_usage_revision to
+    read your own write through a cache.
+    """
     @_builtins.property
     def released(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.DeviceUsage]:
         """What was released: exactly what was stored."""
@@ -159,10 +172,11 @@ class ForgetPodResponse(_message.Message):
         *,
         released: _abc.Iterable[_types_pb2.DeviceUsage] | None = ...,
         found: _builtins.bool = ...,
+        revision: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["found", b"found", "released", b"released"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["found", b"found", "released", b"released", "revision", b"revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -214,6 +228,7 @@ class ReserveResponse(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     STORED_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
     reserved: _builtins.bool
     """Whether the placement was recorded."""
     reason: _builtins.str
@@ -223,6 +238,11 @@ class ReserveResponse(_message.Message):
     """
     message: _builtins.str
     """One sentence with the numbers."""
+    revision: _builtins.int
+    """The recorder's revision once this call's change (if any) is visible to
+    WatchUsage subscribers. Pass it as CheckQuotaRequest.min_usage_revision to
+    read your own write through a cache.
+    """
     @_builtins.property
     def stored(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.DeviceUsage]:
         """What is stored for the pod when reserved."""
@@ -234,10 +254,11 @@ class ReserveResponse(_message.Message):
         reason: _builtins.str = ...,
         message: _builtins.str = ...,
         stored: _abc.Iterable[_types_pb2.DeviceUsage] | None = ...,
+        revision: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "reason", b"reason", "reserved", b"reserved", "stored", b"stored"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "reason", b"reason", "reserved", b"reserved", "revision", b"revision", "stored", b"stored"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -434,6 +455,12 @@ class RegisterNodeResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NODE_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    revision: _builtins.int
+    """The recorder's revision once this call's change (if any) is visible to
+    WatchUsage subscribers. Pass it as CheckQuotaRequest.min_usage_revision to
+    read your own write through a cache.
+    """
     @_builtins.property
     def node(self) -> _types_pb2.NodeUsage:
         """The node's devices and their current usage."""
@@ -442,10 +469,11 @@ class RegisterNodeResponse(_message.Message):
         self,
         *,
         node: _types_pb2.NodeUsage | None = ...,
+        revision: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["node", b"node"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node", b"node"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node", b"node", "revision", b"revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -505,6 +533,12 @@ class SetQuotaResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ITEMS_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    revision: _builtins.int
+    """The recorder's revision once this call's change (if any) is visible to
+    WatchUsage subscribers. Pass it as CheckQuotaRequest.min_usage_revision to
+    read your own write through a cache.
+    """
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.QuotaItem]:
         """The namespace's quota after the change."""
@@ -513,10 +547,11 @@ class SetQuotaResponse(_message.Message):
         self,
         *,
         items: _abc.Iterable[_types_pb2.QuotaItem] | None = ...,
+        revision: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "revision", b"revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -181,13 +181,17 @@ func retryable(err error) bool {
 // request before admitting it: send the pod as its Kubernetes JSON and retry
 // only while Admission (or the recorder behind it) is unreachable.
 // webhookAttempts × timeout must stay below the webhook's timeoutSeconds.
-func webhookCheckQuota(admission accountingv1.AdmissionClient, pod *kubePod, timeout time.Duration) (*accountingv1.CheckQuotaResponse, error) {
+// minUsageRevision is the newest revision a recorder write answered this
+// process with (0 for none): HAMi runs its webhook in the scheduler process,
+// so the check can ask to see at least what that process has written.
+func webhookCheckQuota(admission accountingv1.AdmissionClient, pod *kubePod, minUsageRevision int64, timeout time.Duration) (*accountingv1.CheckQuotaResponse, error) {
 	podJSON, err := json.Marshal(pod)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	request := &accountingv1.CheckQuotaRequest{
-		PodSource: &accountingv1.CheckQuotaRequest_KubernetesPodJson{KubernetesPodJson: podJSON},
+		PodSource:        &accountingv1.CheckQuotaRequest_KubernetesPodJson{KubernetesPodJson: podJSON},
+		MinUsageRevision: minUsageRevision,
 	}
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := callContext(timeout, pod.Metadata.Annotations[annotationTraceparent])
@@ -257,11 +261,32 @@ func informerForgetPod(usage accountingv1.UsageRecorderClient, pod *kubePod, tim
 
 // doc:end informer
 
-// clients bundles the three daemons' stubs.
+// clients bundles the three daemons' stubs and what this process wrote.
 type clients struct {
 	admission accountingv1.AdmissionClient
 	scheduler accountingv1.SchedulerClient
 	usage     accountingv1.UsageRecorderClient
+	written   *usageRevision
+}
+
+// usageRevision keeps the newest revision the recorder's writes answered with.
+type usageRevision struct {
+	mu    sync.Mutex
+	value int64
+}
+
+func (r *usageRevision) saw(revision int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if revision > r.value {
+		r.value = revision
+	}
+}
+
+func (r *usageRevision) get() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.value
 }
 
 // run walks the scenario. A failed step is reported and the walk goes on, so
@@ -302,6 +327,7 @@ func run(cfg config) *report {
 		admission: accountingv1.NewAdmissionClient(conns["admission"]),
 		scheduler: accountingv1.NewSchedulerClient(conns["scheduler"]),
 		usage:     accountingv1.NewUsageRecorderClient(conns["usage"]),
+		written:   &usageRevision{},
 	}
 
 	registerNodes(cfg, c, out)
@@ -446,6 +472,7 @@ func setQuota(cfg config, c clients, out *report) {
 		Namespace: cfg.namespace,
 		Limits:    map[string]int64{quotaGPUMemKey: gpuMemoryMiB},
 	})
+	c.written.saw(response.GetRevision())
 	out.add("set_quota", err, step{
 		"namespace": cfg.namespace,
 		"limits":    map[string]int64{quotaGPUMemKey: gpuMemoryMiB},
@@ -454,7 +481,7 @@ func setQuota(cfg config, c clients, out *report) {
 }
 
 func checkQuota(cfg config, c clients, out *report, name string, pod *kubePod) *accountingv1.CheckQuotaResponse {
-	response, err := webhookCheckQuota(c.admission, pod, cfg.timeout)
+	response, err := webhookCheckQuota(c.admission, pod, c.written.get(), cfg.timeout)
 	allowed, message := admissionVerdict(response, err)
 	var effective []step
 	for _, vendor := range response.GetEffective() {
@@ -537,6 +564,7 @@ func bindPod(pod *kubePod, filtered *accountingv1.FilterResponse) *kubePod {
 
 func recordPod(cfg config, c clients, out *report, name string, pod *kubePod) {
 	response, err := informerRecordPod(c.usage, pod, cfg.timeout)
+	c.written.saw(response.GetRevision())
 	out.add(name, err, step{
 		"pod_uid":           pod.Metadata.UID,
 		"phase":             pod.Status.Phase,
@@ -552,6 +580,7 @@ func recordPod(cfg config, c clients, out *report, name string, pod *kubePod) {
 
 func forgetPod(cfg config, c clients, out *report, name string, pod *kubePod) {
 	response, err := informerForgetPod(c.usage, pod, cfg.timeout)
+	c.written.saw(response.GetRevision())
 	out.add(name, err, step{
 		"pod_uid":             pod.Metadata.UID,
 		"found":               response.GetFound(),
@@ -756,7 +785,7 @@ func unreachable(cfg config, out *report) {
 	pod := newPod(cfg.namespace, "llm-server-3", uidUnreachable, nil,
 		[]kubeContainer{gpuContainer("server", containerImageServer, 1024)})
 	started := time.Now()
-	response, err := webhookCheckQuota(accountingv1.NewAdmissionClient(conn), pod, cfg.timeout)
+	response, err := webhookCheckQuota(accountingv1.NewAdmissionClient(conn), pod, 0, cfg.timeout)
 	allowed, verdict := admissionVerdict(response, err)
 	out.addExpectingError("unreachable_check_quota", err, step{
 		"address":         cfg.unreachableAddr,
