@@ -80,8 +80,8 @@ def encode_pod_devices(per_container: Sequence[Sequence[DeviceGrant]]) -> str:
     for position, grants in enumerate(per_container):
         for index, grant in enumerate(grants):
             path = f"grants[{position}][{index}]"
-            check_wire_text(found, f"{path}.uuid", grant.uuid, required=True)
-            check_wire_text(found, f"{path}.device_type", grant.device_type, required=False)
+            check_wire_text(found, path, "uuid", grant.uuid, required=True)
+            check_wire_text(found, path, "device_type", grant.device_type, required=False)
             for name, value in (
                 ("memory_mib", grant.memory_mib),
                 ("core_percent", grant.core_percent),
@@ -269,7 +269,7 @@ def _decode_device(element: object, path: str, found: BoundedViolations) -> Devi
     before = len(found)
     uuid = _json_str(element, "id", path, found)
     if isinstance(element.get("id", ""), str):
-        check_wire_text(found, f"{path}.id", uuid, required=True)
+        check_wire_text(found, path, "id", uuid, required=True)
     device = Device(
         uuid=uuid,
         device_type=_json_str(element, "type", path, found),

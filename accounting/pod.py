@@ -205,29 +205,46 @@ def effective_request(pod: Pod, vendor: VendorResources = NVIDIA_RESOURCES) -> E
     fitResourceQuota). The memory factor is applied once, to the effective value, which equals
     HAMi's per-container multiplication because both sides are linear.
     """
-    steady = [0, 0, 0]
-    sidecars_so_far = [0, 0, 0]
-    peak = [0, 0, 0]
+    # One (count, memory, cores) triple per running total; plain integers, not lists: this
+    # runs on every admission check and every Filter.
+    steady_count = steady_memory = steady_cores = 0
+    sidecar_count = sidecar_memory = sidecar_cores = 0  # sidecars declared so far
+    peak_count = peak_memory = peak_cores = 0
     sized_at_scheduling = False
     for container in pod.containers:
-        own = [0, 0, 0]
+        count = memory = cores = 0
         for request in container.requests:
             if request.vendor != vendor.vendor or request.count <= 0:
                 continue
-            own[0] += request.count
-            own[1] += request.count * request.memory_mib
-            own[2] += request.count * request.core_percent
+            count += request.count
+            memory += request.count * request.memory_mib
+            cores += request.count * request.core_percent
             sized_at_scheduling = sized_at_scheduling or request.memory_sized_at_scheduling
-        if container.container_class is ContainerClass.SIDECAR:
-            sidecars_so_far = [a + b for a, b in zip(sidecars_so_far, own, strict=True)]
-            steady = [a + b for a, b in zip(steady, own, strict=True)]
-            peak = [max(a, b) for a, b in zip(peak, sidecars_so_far, strict=True)]
-        elif container.container_class is ContainerClass.INIT:
-            point = [a + b for a, b in zip(sidecars_so_far, own, strict=True)]
-            peak = [max(a, b) for a, b in zip(peak, point, strict=True)]
+        container_class = container.container_class
+        if container_class is ContainerClass.SIDECAR:
+            # Started in order and running from then on: part of every later init's peak and
+            # of the steady state.
+            sidecar_count += count
+            sidecar_memory += memory
+            sidecar_cores += cores
+            steady_count += count
+            steady_memory += memory
+            steady_cores += cores
+            peak_count = max(peak_count, sidecar_count)
+            peak_memory = max(peak_memory, sidecar_memory)
+            peak_cores = max(peak_cores, sidecar_cores)
+        elif container_class is ContainerClass.INIT:
+            # Runs alone beside the sidecars declared before it.
+            peak_count = max(peak_count, sidecar_count + count)
+            peak_memory = max(peak_memory, sidecar_memory + memory)
+            peak_cores = max(peak_cores, sidecar_cores + cores)
         else:
-            steady = [a + b for a, b in zip(steady, own, strict=True)]
-    count, memory_mib, core_percent = (max(a, b) for a, b in zip(peak, steady, strict=True))
+            steady_count += count
+            steady_memory += memory
+            steady_cores += cores
+    count = max(peak_count, steady_count)
+    memory_mib = max(peak_memory, steady_memory)
+    core_percent = max(peak_cores, steady_cores)
     return EffectiveRequest(
         vendor=vendor.vendor,
         count=count,

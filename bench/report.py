@@ -18,9 +18,10 @@ CHART = ROOT / "docs" / "benchmarks.png"
 
 _FIGURE_TEXT = {
     "noop": "no-op RPC (the floor)",
-    "check_quota": "CheckQuota",
-    "check_quota_watch": "CheckQuota, usage cache `watch`",
-    "record_pod": "RecordPod (journal on)",
+    "check_quota": "CheckQuota (usage cache `watch`, the default)",
+    "check_quota_direct": "CheckQuota, usage cache `off` (direct reads)",
+    "record_pod": "RecordPod (journal on, admission and scheduler watching)",
+    "record_pod_unwatched": "RecordPod (journal on, no watcher)",
     "get_node_usage": "GetNodeUsage, every candidate",
     "filter": "Filter (fit + Reserve)",
     "noop_traced": "no-op RPC, tracing on",

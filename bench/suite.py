@@ -5,10 +5,12 @@ Layer: benchmark. Order of a run:
 1. fit vs naive fit, in process (no daemon running yet);
 2. recorder scale: 100,000 pods recorded through the store, then recovered by fresh recorders;
 3. the daemons: a stack with tracing off, one with tracing on (every span exported to an
-   in-process OTLP receiver), and a recorder + admission pair whose admission reads usage from
-   the WatchUsage cache. For 100, 1,000 and 5,000 candidate nodes, rounds of every figure run
-   one after the other (sequential, then 8 callers), so noise hits a figure and its baseline
-   alike; each figure reports the median over rounds of p50, p99 and calls/s;
+   in-process OTLP receiver), both with the defaults (the admission and the scheduler keep
+   WatchUsage caches), and a recorder + admission pair whose admission reads usage directly
+   (no watcher on that recorder: its RecordPod shows what the watchers cost). For 100, 1,000
+   and 5,000 candidate nodes, rounds of every figure run one after the other (sequential, then
+   8 callers), so noise hits a figure and its baseline alike; each figure reports the median
+   over rounds of p50, p99 and calls/s;
 4. the burst, on the tracing-off stack;
 5. the goals, as ratios measured in this run (a ratio goal is the median over rounds of the
    ratio of the two p50s, measured back to back); each missed goal is profiled (py-spy, or
@@ -133,12 +135,13 @@ class DaemonBench:
         self.plan = plan
         self.work_dir = work_dir
         self.sink = OtlpSink()
-        _log("starting daemons: tracing off, tracing on, and an admission with the watch cache")
+        _log("starting daemons: tracing off, tracing on, and an admission reading directly")
         self.off = rpc.Stack("off", work_dir)
         self.on = rpc.Stack("on", work_dir, self.sink.endpoint)
-        self.watch = rpc.Stack("watch", work_dir, admission_env={
-            "HAMI_ACCOUNTING_USAGE_CACHE": "watch"}, scheduler=False, noop=False)
+        self.direct = rpc.Stack("direct", work_dir, admission_env={
+            "HAMI_ACCOUNTING_USAGE_CACHE": "off"}, scheduler=False, noop=False)
         self.off.prepare_record_nodes()
+        self.direct.prepare_record_nodes()
         self.figures = Figures()
         self.go: GoCaller | None = None
         self.go_note = "not run (quick mode)"
@@ -151,7 +154,7 @@ class DaemonBench:
                 _log(f"Go caller {self.go_note}")
 
     def stop(self) -> None:
-        for stack in (self.watch, self.on, self.off):
+        for stack in (self.direct, self.on, self.off):
             stack.stop()
         self.sink.stop()
 
@@ -203,8 +206,12 @@ class DaemonBench:
         figures["record_pod"] = self._with_cleanup(
             off, nodes, "record_pod", lambda t: rpc.record_pod_caller(off, t), off.usage.address)
         if first:
-            figures["check_quota_watch"] = self._python(self.watch.admission.address,
-                                                        rpc.check_quota_caller())
+            direct = self.direct
+            figures["record_pod_unwatched"] = self._with_cleanup(
+                direct, nodes, "record_pod_unwatched",
+                lambda t: rpc.record_pod_caller(direct, t), direct.usage.address)
+            figures["check_quota_direct"] = self._python(direct.admission.address,
+                                                         rpc.check_quota_caller())
         figures["get_node_usage"] = self._python(off.usage.address, rpc.node_usage_caller(names))
         figures["filter"] = self._with_cleanup(
             off, nodes, "filter", lambda t: rpc.filter_caller(names, t), off.scheduler.address)
@@ -280,11 +287,14 @@ def _goal_values(rpc_results: dict[str, Any] | None, fit: dict[str, Any],
         noop = p50("noop")
         values["check_quota_vs_noop"] = (
             paired("check_quota", "noop"),
-            f"p50 {p50('check_quota'):.0f} µs vs no-op {noop:.0f} µs, usage cache off (the "
-            f"default); with the watch cache {p50('check_quota_watch'):.0f} µs "
-            f"({paired('check_quota_watch', 'noop'):.2f} ×)")
+            f"p50 {p50('check_quota'):.0f} µs vs no-op {noop:.0f} µs, usage cache watch (the "
+            f"default); with direct reads {p50('check_quota_direct'):.0f} µs "
+            f"({paired('check_quota_direct', 'noop'):.2f} ×)")
         values["record_pod_vs_noop"] = (
-            paired("record_pod", "noop"), f"p50 {p50('record_pod'):.0f} µs vs {noop:.0f} µs")
+            paired("record_pod", "noop"),
+            f"p50 {p50('record_pod'):.0f} µs vs {noop:.0f} µs with the admission and scheduler "
+            f"caches watching; with no watcher {p50('record_pod_unwatched'):.0f} µs "
+            f"({paired('record_pod_unwatched', 'noop'):.2f} ×)")
         values["tracing_overhead_check_quota"] = (
             round(paired("check_quota_traced", "check_quota") - 1, 3),
             f"p50 {p50('check_quota_traced'):.0f} µs traced vs {p50('check_quota'):.0f} µs; "
@@ -384,19 +394,18 @@ def _profile_misses(plan: Plan, goals: list[dict[str, Any]], daemons: DaemonBenc
     first = plan.node_counts[0]
     figures = daemons._figures(first, True)
     if "check_quota_vs_noop" in missed:
-        _log("profiling CheckQuota (admission and recorder; admission with the watch cache)")
-        profiles["check_quota_vs_noop"] = {
-            **daemons.profile_daemons([off.admission, off.usage], figures["check_quota"],
-                                      "check-quota"),
-            # Without the extra hop, what is left is the admission's own CPU.
-            **daemons.profile_daemons([daemons.watch.admission], figures["check_quota_watch"],
-                                      "check-quota-watch", gil=True),
-        }
+        _log("profiling CheckQuota (admission, GIL holders)")
+        profiles["check_quota_vs_noop"] = daemons.profile_daemons(
+            [off.admission], figures["check_quota"], "check-quota", gil=True)
     if "record_pod_vs_noop" in missed:
         _log("profiling RecordPod (recorder)")
-        profiles["record_pod_vs_noop"] = daemons.profile_daemons(
-            [off.usage], figures["record_pod"], "record-pod",
-            focus="UsageRecorderServicer.RecordPod")
+        profiles["record_pod_vs_noop"] = {
+            **daemons.profile_daemons([off.usage], figures["record_pod"], "record-pod",
+                                      focus="UsageRecorderServicer.RecordPod"),
+            # Every thread holding the GIL: the handler, and the watch streams' sends.
+            "usage_gil": daemons.profile_daemons(
+                [off.usage], figures["record_pod"], "record-pod-gil", gil=True)[off.usage.name],
+        }
     if "tracing_overhead_check_quota" in missed:
         _log("profiling traced CheckQuota (admission and recorder, GIL holders)")
         profiles["tracing_overhead_check_quota"] = daemons.profile_daemons(

@@ -55,10 +55,12 @@ class QuotaOutcome:
 @contextmanager
 def _pod_trace_span(tracer: trace.Tracer, pod: Pod, via: str) -> Iterator[trace.Span]:
     """The check's span: on the pod's trace when it has one, else the root of a new one."""
-    attributes = {"via": via}
+    if isinstance(tracer, trace.NoOpTracer):
+        yield trace.INVALID_SPAN  # tracing is off: no span, no context switch
+        return
     annotation = pod.annotations.get(TRACEPARENT_ANNOTATION, "")
     if telemetry.context_from_traceparent(annotation) is not None:
-        with telemetry.pod_span(tracer, SPAN_NAME, pod, attributes=attributes) as span:
+        with telemetry.pod_span(tracer, SPAN_NAME, pod, attributes={"via": via}) as span:
             yield span
         return
     current = trace.get_current_span().get_span_context()
@@ -67,9 +69,8 @@ def _pod_trace_span(tracer: trace.Tracer, pod: Pod, via: str) -> Iterator[trace.
         SPAN_NAME,
         context=otel_context.Context(),  # empty: a new trace, the pod's own
         links=links,
-        attributes=telemetry.pod_attributes(pod),
+        attributes={**telemetry.pod_attributes(pod), telemetry.ATTR_PREFIX + "via": via},
     ) as span:
-        telemetry.set_attributes(span, attributes)
         yield span
 
 
@@ -105,6 +106,8 @@ class QuotaChecker:
         """
         with _pod_trace_span(self._tracer, pod, via) as span:
             effective = effective_request(pod, self.vendor)
+            decision = self._decide(pod.namespace, effective, min_usage_revision)
+            verdict = "allow" if decision.allowed else "deny"
             telemetry.set_attributes(
                 span,
                 {
@@ -112,24 +115,25 @@ class QuotaChecker:
                     "effective.core_percent": effective.core_percent,
                     "effective.count": effective.count,
                     "effective.memory_sized_at_scheduling": effective.memory_sized_at_scheduling,
+                    "decision": verdict,
+                    "reason": decision.reason,
                 },
             )
-            decision = self._decide(pod.namespace, effective, min_usage_revision)
-            verdict = "allow" if decision.allowed else "deny"
-            telemetry.set_attributes(span, {"decision": verdict, "reason": decision.reason})
             # Without tracing the pod keeps whatever trace it already had.
-            traceparent = telemetry.current_traceparent() or pod.annotations.get(
-                TRACEPARENT_ANNOTATION, ""
-            )
-            # Inside the span, so the log line carries the pod's trace id.
-            _LOG.log(
-                logging.DEBUG if decision.allowed else logging.INFO,
-                "quota %s for pod %s: %s",
-                verdict,
-                pod.key,
-                decision.message,
-                extra={"pod_uid": pod.uid, "reason": decision.reason, "via": via},
-            )
+            traceparent = (
+                telemetry.current_traceparent() if span.get_span_context().is_valid else ""
+            ) or pod.annotations.get(TRACEPARENT_ANNOTATION, "")
+            level = logging.DEBUG if decision.allowed else logging.INFO
+            if _LOG.isEnabledFor(level):  # an allow is logged at DEBUG: usually off
+                # Inside the span, so the log line carries the pod's trace id.
+                _LOG.log(
+                    level,
+                    "quota %s for pod %s: %s",
+                    verdict,
+                    pod.key,
+                    decision.message,
+                    extra={"pod_uid": pod.uid, "reason": decision.reason, "via": via},
+                )
         record_decision(METRICS_SERVICE, verdict, decision.reason)
         return QuotaOutcome(pod, effective, decision, traceparent)
 

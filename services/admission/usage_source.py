@@ -168,6 +168,7 @@ class WatchedUsageSource:
             watch_channel,
             direct.target,
             what="namespace usage",
+            content=usage_pb2.WATCH_CONTENT_NAMESPACES,
             stream_lifetime_s=stream_lifetime_s,
             on_reset=self._drop,
             on_event=self._apply,

@@ -122,8 +122,10 @@ def pod_from_pb(pb: types_pb2.Pod, path: str = "pod") -> Pod:
     _check_sizes(found, pb, path)
     found.raise_if_any()
     containers = tuple(
-        _container_from_pb(found, container, f"{path}.containers[{index}]")
-        for index, container in enumerate(pb.containers)
+        [
+            _container_from_pb(found, container, path, index)
+            for index, container in enumerate(pb.containers)
+        ]
     )
     pod = Pod(
         uid=pb.uid,
@@ -179,17 +181,24 @@ def _check_sizes(found: BoundedViolations, pb: types_pb2.Pod, path: str) -> None
             )
 
 
-def _container_from_pb(found: BoundedViolations, pb: types_pb2.Container, path: str) -> Container:
+def _container_from_pb(
+    found: BoundedViolations, pb: types_pb2.Container, pod_path: str, index: int
+) -> Container:
     container_class = CONTAINER_CLASS_FROM_PB.get(pb.container_class)
     if container_class is None:
-        found.add(f"{path}.container_class", _enum_message(pb.container_class))
+        # The path is only spelled out for an error: this runs for every container of every
+        # request.
+        found.add(
+            f"{pod_path}.containers[{index}].container_class", _enum_message(pb.container_class)
+        )
         # A placeholder so the remaining fields are still checked; the error is raised anyway.
         container_class = ContainerClass.APP
+    grants = pb.grants
     return Container(
         name=pb.name,
         container_class=container_class,
-        requests=tuple(request_from_pb(request) for request in pb.requests),
-        grants=tuple(grant_from_pb(grant) for grant in pb.grants),
+        requests=tuple([request_from_pb(request) for request in pb.requests]),
+        grants=tuple([grant_from_pb(grant) for grant in grants]) if grants else (),
     )
 
 

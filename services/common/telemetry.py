@@ -136,6 +136,11 @@ def pod_span(
     Attribute keys without the ``hami.accounting.`` prefix get it; values that are not strings,
     numbers or booleans are written as strings (enums as their value).
     """
+    if isinstance(tracer, trace.NoOpTracer):
+        # Tracing is off: skip the parent lookup, the attributes and the context switch that
+        # would only produce a span nobody records (this runs on every call of every daemon).
+        yield trace.INVALID_SPAN
+        return
     parent = None
     for candidate in (traceparent, pod.annotations.get(TRACEPARENT_ANNOTATION) if pod else None):
         if candidate:
@@ -165,5 +170,9 @@ def current_traceparent() -> str:
 
 def set_attributes(span: trace.Span, attributes: Mapping[str, object]) -> None:
     """Sets attributes on a span with the same key prefixing and value rules as pod_span."""
-    for key, value in attributes.items():
-        span.set_attribute(_attribute_key(key), _attribute_value(value))
+    if not span.is_recording():
+        return
+    # One call: the SDK takes the span's lock once for all of them, not once per attribute.
+    span.set_attributes(
+        {_attribute_key(key): _attribute_value(value) for key, value in attributes.items()}
+    )

@@ -31,8 +31,9 @@ RETRY_MAX_S = 5.0
 
 
 class UsageWatch:
-    """Runs the subscription; ``on_reset(live)`` runs when a stream opens (True) and closes
-    (False), ``on_event`` for every event, both on the watch thread."""
+    """Runs the subscription for the part of the state ``content`` names (a cache asks only for
+    what it keeps); ``on_reset(live)`` runs when a stream opens (True) and closes (False),
+    ``on_event`` for every event, both on the watch thread."""
 
     def __init__(
         self,
@@ -40,6 +41,7 @@ class UsageWatch:
         target: str,
         *,
         what: str,
+        content: usage_pb2.WatchContent.ValueType,
         stream_lifetime_s: float,
         on_reset: Callable[[bool], None],
         on_event: Callable[[usage_pb2.UsageEvent], None],
@@ -49,6 +51,7 @@ class UsageWatch:
         self.target = target
         """The recorder's address, for logs."""
         self._what = what
+        self._request = usage_pb2.WatchUsageRequest(send_initial_state=True, content=content)
         self._stream_lifetime_s = stream_lifetime_s
         self._on_reset = on_reset
         self._on_event = on_event
@@ -74,10 +77,7 @@ class UsageWatch:
     def _run(self) -> None:
         retry_s = RETRY_INITIAL_S
         while not self._stop.is_set():
-            call = self._stub.WatchUsage(
-                usage_pb2.WatchUsageRequest(send_initial_state=True),
-                timeout=self._stream_lifetime_s,
-            )
+            call = self._stub.WatchUsage(self._request, timeout=self._stream_lifetime_s)
             with self._lock:
                 self._call = call
             if self._stop.is_set():

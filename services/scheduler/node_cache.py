@@ -126,6 +126,7 @@ class NodeCache:
             watch_channel,
             direct.target,
             what="node usage",
+            content=usage_pb2.WATCH_CONTENT_NODES,
             stream_lifetime_s=stream_lifetime_s,
             on_reset=self._reset,
             on_event=self._apply,

@@ -17,7 +17,7 @@ from accounting.model import NVIDIA_RESOURCES, Pod, QuotaItem, VendorResources
 from accounting.validate import BoundedViolations, quote
 from hami.accounting.v1 import types_pb2, usage_pb2
 from services.common import convert as common
-from services.usage.store import EventKind, NodeSnapshot, UsageEvent
+from services.usage.store import EventKind, NodeSnapshot, UsageEvent, WatchContent
 
 EVENT_KIND_TO_PB: Mapping[EventKind, usage_pb2.UsageEventKind.ValueType] = {
     EventKind.SNAPSHOT: usage_pb2.USAGE_EVENT_KIND_SNAPSHOT,
@@ -158,15 +158,42 @@ def register_node_response(node: NodeSnapshot) -> usage_pb2.RegisterNodeResponse
     return usage_pb2.RegisterNodeResponse(node=node_usage_to_pb(node))
 
 
-def event_to_pb(event: UsageEvent) -> usage_pb2.UsageEvent:
+def event_to_pb(
+    event: UsageEvent, content: WatchContent = WatchContent.ALL
+) -> usage_pb2.UsageEvent:
+    """The event as a watcher that asked for ``content`` receives it."""
     message = usage_pb2.UsageEvent(
         revision=event.revision,
         kind=EVENT_KIND_TO_PB[event.kind],
         pod_uid=event.pod_uid,
         namespace=event.namespace,
-        namespace_items=quota_items_to_pb(event.namespace_items),
         stored=common.usages_to_pb(event.stored),
     )
-    if event.node is not None:
+    if WatchContent.NAMESPACES in content:
+        message.namespace_items.extend(quota_items_to_pb(event.namespace_items))
+    if event.node is not None and WatchContent.NODES in content:
         message.node.CopyFrom(node_usage_to_pb(event.node))
     return message
+
+
+WATCH_CONTENT_FROM_PB: Mapping[int, WatchContent] = {
+    usage_pb2.WATCH_CONTENT_UNSPECIFIED: WatchContent.ALL,
+    usage_pb2.WATCH_CONTENT_NAMESPACES: WatchContent.NAMESPACES,
+    usage_pb2.WATCH_CONTENT_NODES: WatchContent.NODES,
+}
+
+
+def watch_content(request: usage_pb2.WatchUsageRequest) -> WatchContent:
+    """What the watcher asked its events to carry.
+
+    Raises:
+        InvalidInputError: ``content`` is a value this build does not know.
+    """
+    content = WATCH_CONTENT_FROM_PB.get(request.content)
+    if content is None:
+        raise InvalidInputError.single(
+            "content",
+            f"must be UNSPECIFIED (everything), NAMESPACES or NODES, got unknown value "
+            f"{request.content}",
+        )
+    return content

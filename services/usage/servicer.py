@@ -154,14 +154,15 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     def WatchUsage(
         self, request: usage_pb2.WatchUsageRequest, context: grpc.ServicerContext
     ) -> Iterator[usage_pb2.UsageEvent]:
-        subscription = self._store.subscribe(request.send_initial_state)
+        content = convert.watch_content(request)
+        subscription = self._store.subscribe(request.send_initial_state, content)
         # A client that goes away wakes the loop at once instead of at the next poll.
         context.add_callback(subscription.close)
         try:
             while context.is_active():
                 event = subscription.next(self._watch_poll_s)
                 if event is not None:
-                    yield convert.event_to_pb(event)
+                    yield convert.event_to_pb(event, content)
                 elif subscription.overflowed:
                     context.abort(
                         grpc.StatusCode.RESOURCE_EXHAUSTED,

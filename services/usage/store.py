@@ -82,6 +82,14 @@ class EventKind(enum.Enum):
     QUOTA_SET = "quota_set"
 
 
+class WatchContent(enum.Flag):
+    """What a watcher's events carry (WatchContent in the schema)."""
+
+    NODES = enum.auto()
+    NAMESPACES = enum.auto()
+    ALL = NODES | NAMESPACES
+
+
 @dataclass(frozen=True, slots=True)
 class NodeSnapshot:
     """One node's devices with what is charged on them, and the pods charged there."""
@@ -124,7 +132,10 @@ class Subscription:
         initial: Sequence[UsageEvent],
         max_events: int,
         on_close: Callable[[Subscription], None],
+        content: WatchContent = WatchContent.ALL,
     ) -> None:
+        self.content = content
+        """What the watcher asked its events to carry (the store may fill in more)."""
         self._condition = threading.Condition()
         self._queue: collections.deque[UsageEvent] = collections.deque(initial)
         # The initial state is never a reason to drop a watcher: only live events count.
@@ -236,6 +247,9 @@ class UsageStore:
         self._max_watch_events = max_watch_events
         self._lock = threading.Lock()
         self._subscriptions: set[Subscription] = set()
+        self._wanted = WatchContent(0)
+        """The union of what the watchers asked for: a change's node snapshot (the costly part of
+        an event) is only built when a watcher wants nodes."""
         self._metrics = _StoreMetrics()
         self._traceparents: dict[str, str] = {}
         """uid -> the pod's hami.io/traceparent, for spans about it that carry no pod."""
@@ -461,7 +475,12 @@ class UsageStore:
         if not self._subscriptions:
             return
         kind = EventKind.POD_CHANGED if after is not None else EventKind.POD_FORGOTTEN
-        items = tuple(self._ledger.namespace_items(change.namespace).values())
+        items = (
+            tuple(self._ledger.namespace_items(change.namespace).values())
+            if WatchContent.NAMESPACES in self._wanted
+            else ()
+        )
+        with_nodes = WatchContent.NODES in self._wanted
         stored = after.usage if after is not None else ()
         revision = self._ledger.revision
         self._publish(
@@ -472,7 +491,7 @@ class UsageStore:
                     pod_uid=uid,
                     namespace=change.namespace,
                     namespace_items=items,
-                    node=self._node_snapshot(node_name) if node_name else None,
+                    node=self._node_snapshot(node_name) if node_name and with_nodes else None,
                     stored=stored,
                 )
                 for node_name in nodes
@@ -536,12 +555,13 @@ class UsageStore:
         self._visible_revision = self._ledger.revision
         self._publish_node_gauge(node_name)
         if self._subscriptions:
+            with_nodes = WatchContent.NODES in self._wanted
             self._publish(
                 [
                     UsageEvent(
                         EventKind.NODE_REGISTERED,
                         self._ledger.revision,
-                        node=self._node_snapshot(node_name),
+                        node=self._node_snapshot(node_name) if with_nodes else None,
                     )
                 ]
             )
@@ -717,33 +737,50 @@ class UsageStore:
 
     # -- watchers ------------------------------------------------------------------------------
 
-    def subscribe(self, send_initial_state: bool = False) -> Subscription:
+    def subscribe(
+        self, send_initial_state: bool = False, content: WatchContent = WatchContent.ALL
+    ) -> Subscription:
         """A watcher of every later change, optionally preceded by SNAPSHOT events of every node
-        and namespace; no change falls between the snapshot and the first live event."""
+        and namespace (those ``content`` asks for); no change falls between the snapshot and the
+        first live event."""
         with self._lock:
             initial: list[UsageEvent] = []
             if send_initial_state:
                 revision = self._ledger.revision
-                initial.extend(
-                    UsageEvent(EventKind.SNAPSHOT, revision, node=self._node_snapshot(name))
-                    for name in self._ledger.node_names()
-                )
-                initial.extend(
-                    UsageEvent(
-                        EventKind.SNAPSHOT,
-                        revision,
-                        namespace=namespace,
-                        namespace_items=tuple(self._ledger.namespace_items(namespace).values()),
+                if WatchContent.NODES in content:
+                    initial.extend(
+                        UsageEvent(EventKind.SNAPSHOT, revision, node=self._node_snapshot(name))
+                        for name in self._ledger.node_names()
                     )
-                    for namespace in self._ledger.namespaces()
-                )
-            subscription = Subscription(initial, self._max_watch_events, self._unsubscribe)
+                if WatchContent.NAMESPACES in content:
+                    initial.extend(
+                        UsageEvent(
+                            EventKind.SNAPSHOT,
+                            revision,
+                            namespace=namespace,
+                            namespace_items=tuple(
+                                self._ledger.namespace_items(namespace).values()
+                            ),
+                        )
+                        for namespace in self._ledger.namespaces()
+                    )
+            subscription = Subscription(
+                initial, self._max_watch_events, self._unsubscribe, content
+            )
             self._subscriptions.add(subscription)
+            self._wanted |= content
             return subscription
 
     def _unsubscribe(self, subscription: Subscription) -> None:
         with self._lock:
             self._subscriptions.discard(subscription)
+            self._update_wanted()
+
+    def _update_wanted(self) -> None:
+        wanted = WatchContent(0)
+        for subscription in self._subscriptions:
+            wanted |= subscription.content
+        self._wanted = wanted
 
     def close_watchers(self) -> None:
         """Ends every watch stream (at shutdown)."""
@@ -762,6 +799,7 @@ class UsageStore:
         for subscription in list(self._subscriptions):
             if not subscription.offer(events):
                 self._subscriptions.discard(subscription)
+                self._update_wanted()
                 if subscription.overflowed:
                     _LOG.warning(
                         "dropped a usage watcher that fell behind",

@@ -13,8 +13,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SUMMARY_KEYS = {"p50_us", "p99_us", "calls_per_s", "calls", "rounds", "errors"}
-FIGURES = {"noop", "check_quota", "check_quota_watch", "record_pod", "get_node_usage", "filter",
-           "noop_traced", "check_quota_traced", "filter_traced"}
+FIGURES = {"noop", "check_quota", "check_quota_direct", "record_pod", "record_pod_unwatched",
+           "get_node_usage", "filter", "noop_traced", "check_quota_traced", "filter_traced"}
 GOALS = {"check_quota_vs_noop", "record_pod_vs_noop", "filter_compute_us_per_node",
          "fit_speedup_vs_naive", "tracing_overhead_check_quota", "recovery_s", "bytes_per_pod"}
 

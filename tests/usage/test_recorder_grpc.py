@@ -922,9 +922,11 @@ def test_set_quota_replaces_limits_and_an_empty_map_unsets_them(stub: Stub) -> N
 class Watcher:
     """Reads a WatchUsage stream on a thread into a list."""
 
-    def __init__(self, stub: Stub, send_initial_state: bool) -> None:
+    def __init__(self, stub: Stub, send_initial_state: bool,
+                 content: usage_pb2.WatchContent.ValueType = usage_pb2.WATCH_CONTENT_UNSPECIFIED
+                 ) -> None:
         self.call = stub.WatchUsage(
-            usage_pb2.WatchUsageRequest(send_initial_state=send_initial_state),
+            usage_pb2.WatchUsageRequest(send_initial_state=send_initial_state, content=content),
             timeout=60,
         )
         self.events: list[usage_pb2.UsageEvent] = []
@@ -959,10 +961,65 @@ class Watcher:
 K = usage_pb2
 
 
+def _shape(event: usage_pb2.UsageEvent) -> tuple[int, str, bool, bool]:
+    """(kind, namespace, carries namespace items, carries a node)."""
+    return (event.kind, event.namespace, bool(event.namespace_items), event.HasField("node"))
+
+
+def test_a_watcher_gets_only_the_part_of_the_state_it_asked_for(stub: Stub) -> None:
+    one_gpu_cluster(stub)
+    everything = Watcher(stub, send_initial_state=True)
+    namespaces = Watcher(stub, send_initial_state=True, content=K.WATCH_CONTENT_NAMESPACES)
+    nodes = Watcher(stub, send_initial_state=True, content=K.WATCH_CONTENT_NODES)
+    assert [_shape(e) for e in namespaces.wait_for(1)] == [
+        (K.USAGE_EVENT_KIND_SNAPSHOT, NS, True, False)]
+    assert [_shape(e) for e in nodes.wait_for(1)] == [
+        (K.USAGE_EVENT_KIND_SNAPSHOT, "", False, True)]
+    everything.wait_for(2)
+
+    record(stub, bound_seed_pod(init_statuses=[running("convert-weights")]), "typed")
+    set_quota(stub, memory_mib=8192)
+    register_node(stub, "node2", [gpu_device("GPU-2")])
+
+    live = {name: watcher.wait_for(count)[-3:] for name, watcher, count in (
+        ("everything", everything, 5), ("namespaces", namespaces, 4), ("nodes", nodes, 4))}
+    assert [_shape(e) for e in live["everything"]] == [
+        (K.USAGE_EVENT_KIND_POD_CHANGED, NS, True, True),
+        (K.USAGE_EVENT_KIND_QUOTA_SET, NS, True, False),
+        (K.USAGE_EVENT_KIND_NODE_REGISTERED, "", False, True),
+    ]
+    assert [_shape(e) for e in live["namespaces"]] == [
+        (K.USAGE_EVENT_KIND_POD_CHANGED, NS, True, False),
+        (K.USAGE_EVENT_KIND_QUOTA_SET, NS, True, False),
+        # Nothing of the node, but the change still arrives: the watcher's revision follows.
+        (K.USAGE_EVENT_KIND_NODE_REGISTERED, "", False, False),
+    ]
+    assert [_shape(e) for e in live["nodes"]] == [
+        (K.USAGE_EVENT_KIND_POD_CHANGED, NS, False, True),
+        (K.USAGE_EVENT_KIND_QUOTA_SET, NS, False, False),
+        (K.USAGE_EVENT_KIND_NODE_REGISTERED, "", False, True),
+    ]
+    revisions = [[e.revision for e in events] for events in live.values()]
+    assert revisions[0] == revisions[1] == revisions[2]
+    # What each part carries is the same as in the full event.
+    assert live["namespaces"][0].namespace_items == live["everything"][0].namespace_items
+    assert live["nodes"][0].node == live["everything"][0].node
+    for watcher in (everything, namespaces, nodes):
+        watcher.call.cancel()
+
+
+def test_an_unknown_watch_content_is_invalid_and_named(stub: Stub) -> None:
+    watcher = Watcher(stub, send_initial_state=True,
+                      content=99)  # type: ignore[arg-type]  # a newer client's value
+    error = watcher.wait_for_error()
+    assert error is not None and error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "content" in (error.details() or "")
+
+
 def test_each_write_returns_the_revision_of_the_event_that_shows_it(stub: Stub) -> None:
-    watcher = Watcher(stub, send_initial_state=False)
-    quota = stub.SetQuota(usage_pb2.SetQuotaRequest(
-        namespace=NS, limits={"limits.nvidia.com/gpumem": CARD_MIB}), timeout=RPC_TIMEOUT_S)
+    set_quota(stub, memory_mib=1)
+    watcher = Watcher(stub, send_initial_state=True)
+    watcher.wait_for(1)  # the quota's snapshot: subscribed, every later change is an event
     node = stub.RegisterNode(usage_pb2.RegisterNodeRequest(
         kubernetes_node_json=to_json(kube_node(NODE, [gpu_device(GPU, memory_mib=CARD_MIB)]))),
         timeout=RPC_TIMEOUT_S)
@@ -973,15 +1030,17 @@ def test_each_write_returns_the_revision_of_the_event_that_shows_it(stub: Stub) 
     # Unknown uid: only a tombstone is written, which no watcher sees.
     tombstone = stub.ForgetPod(usage_pb2.ForgetPodRequest(pod_uid="uid-never-seen"),
                                timeout=RPC_TIMEOUT_S)
+    quota = stub.SetQuota(usage_pb2.SetQuotaRequest(
+        namespace=NS, limits={"limits.nvidia.com/gpumem": CARD_MIB}), timeout=RPC_TIMEOUT_S)
 
-    events = watcher.wait_for(4)
+    events = watcher.wait_for(5)[1:]
     assert [e.kind for e in events] == [
-        K.USAGE_EVENT_KIND_QUOTA_SET,
         K.USAGE_EVENT_KIND_NODE_REGISTERED,
         K.USAGE_EVENT_KIND_POD_CHANGED,
         K.USAGE_EVENT_KIND_POD_FORGOTTEN,
+        K.USAGE_EVENT_KIND_QUOTA_SET,
     ]
-    assert [quota.revision, node.revision, recorded.revision, forgotten.revision] == [
+    assert [node.revision, recorded.revision, forgotten.revision, quota.revision] == [
         e.revision for e in events]
     # A write that changes nothing a reader sees hands back the last visible revision, so a
     # reader waiting for it is not left waiting for an event that never comes.

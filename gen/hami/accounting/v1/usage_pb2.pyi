@@ -20,6 +20,30 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _WatchContent:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _WatchContentEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WatchContent.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    WATCH_CONTENT_UNSPECIFIED: _WatchContent.ValueType  # 0
+    """Everything: node and namespace state."""
+    WATCH_CONTENT_NAMESPACES: _WatchContent.ValueType  # 1
+    """Namespace state only: UsageEvent.node is left out."""
+    WATCH_CONTENT_NODES: _WatchContent.ValueType  # 2
+    """Node state only: UsageEvent.namespace_items is left out."""
+
+class WatchContent(_WatchContent, metaclass=_WatchContentEnumTypeWrapper):
+    """What WatchUsage events carry."""
+
+WATCH_CONTENT_UNSPECIFIED: WatchContent.ValueType  # 0
+"""Everything: node and namespace state."""
+WATCH_CONTENT_NAMESPACES: WatchContent.ValueType  # 1
+"""Namespace state only: UsageEvent.node is left out."""
+WATCH_CONTENT_NODES: WatchContent.ValueType  # 2
+"""Node state only: UsageEvent.namespace_items is left out."""
+Global___WatchContent: _TypeAlias = WatchContent  # noqa: Y015
+
 class _UsageEventKind:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -562,18 +586,27 @@ class WatchUsageRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SEND_INITIAL_STATE_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
     send_initial_state: _builtins.bool
     """Send the current state of every node and namespace first (as events with
     kind SNAPSHOT), then changes.
+    """
+    content: Global___WatchContent.ValueType
+    """Which state the events carry. A cache that needs only namespaces (the
+    admission daemon) or only nodes (the scheduler) asks for that part: less
+    to build, send and parse per change. Every change still arrives as an
+    event with its revision and kind, so the watcher's revision follows every
+    change; the initial state holds only the part asked for.
     """
     def __init__(
         self,
         *,
         send_initial_state: _builtins.bool = ...,
+        content: Global___WatchContent.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["send_initial_state", b"send_initial_state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "send_initial_state", b"send_initial_state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
