@@ -105,6 +105,14 @@ class UsageSink(Protocol):
         """Every pod uid the sink holds, journal included."""
         ...
 
+    def registered_node_names(self) -> frozenset[str]:
+        """Every node with an inventory in the sink, journal included."""
+        ...
+
+    def quota_namespaces(self) -> frozenset[str]:
+        """Every namespace with limits in the sink, journal included."""
+        ...
+
     def set_synced(self, synced: bool) -> None:
         """Tells the sink whether its state reflects the cluster (gates gRPC health)."""
         ...
@@ -557,7 +565,10 @@ class KubernetesSource:
             if name and _register_annotation(item) is not None:
                 registered.add(name)
                 self._register_node(item, unchanged_ok=False)
-        for name in sorted(set(self._node_registrations) - registered):
+        # The sink's own list too: a node deleted while the recorder was down is still in its
+        # journal, and this source (new since the restart) never saw it.
+        known = set(self._node_registrations) | self._sink.registered_node_names()
+        for name in sorted(known - registered):
             self._forget_node(name)
 
     def _apply_node_event(self, event_type: str, obj: dict[str, Any]) -> None:
@@ -611,7 +622,8 @@ class KubernetesSource:
             namespace, name = metadata.get("namespace"), metadata.get("name")
             if namespace and name:
                 quotas.setdefault(namespace, {})[name] = quota_limits(item)
-        stale = set(self._quota_sent) - set(quotas)
+        # As for nodes: a ResourceQuota deleted while the recorder was down is only in the journal.
+        stale = (set(self._quota_sent) | self._sink.quota_namespaces()) - set(quotas)
         self._quotas = quotas
         for namespace in sorted(set(quotas) | stale):
             self._send_quota(namespace, unchanged_ok=False)

@@ -721,6 +721,20 @@ class UsageStore:
         with self._lock:
             return self._ledger.pod_uids()
 
+    def registered_node_names(self) -> frozenset[str]:
+        """Nodes with an inventory (the Kubernetes source reconciles these)."""
+        with self._lock:
+            return frozenset(self._ledger.node_names())
+
+    def quota_namespaces(self) -> frozenset[str]:
+        """Namespaces with limits set (the Kubernetes source reconciles these)."""
+        with self._lock:
+            return frozenset(
+                namespace
+                for namespace in self._ledger.namespaces()
+                if self._ledger.limits(namespace)
+            )
+
     def set_synced(self, synced: bool) -> None:
         """The Kubernetes source finished (or lost) its full sync; health follows it."""
         self._synced = synced

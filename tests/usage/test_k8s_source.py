@@ -83,6 +83,14 @@ class RecordingSink:
         with self._lock:
             return frozenset(self._tracked)
 
+    def registered_node_names(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self.nodes)
+
+    def quota_namespaces(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self.quotas)
+
     def set_synced(self, synced: bool) -> None:
         with self._lock:
             self.calls.append(("set_synced", synced))

@@ -170,6 +170,38 @@ def test_restart_reconciles_the_journal_with_the_cluster(
     assert namespace_mib(second) == (10240, 0)
 
 
+def test_nodes_and_quotas_deleted_while_down_are_cleared_by_the_relist(
+    apiserver: FakeApiServer, start_recorder: StartRecorder, tmp_path: Path
+) -> None:
+    apiserver.start()
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", apiserver.url)
+    apiserver.add("nodes", kube_node(NODE, [gpu_device(GPU)]))
+    apiserver.add("nodes", kube_node("node-gone", [gpu_device("GPU-gone")]))
+    apiserver.add("resourcequotas", kube_quota("gpu", NS, {f"limits.{MEMORY}": "24576"}))
+    apiserver.add("resourcequotas", kube_quota("gpu", "team-gone", {f"limits.{MEMORY}": "1000"}))
+    first = start_recorder(kubernetes="kubeconfig", kubeconfig=kubeconfig)
+    wait_for(lambda: health_status(first) == SERVING, "the first sync")
+    assert registered(first, NODE, "node-gone") == {NODE, "node-gone"}
+    assert namespace_mib(first, "team-gone") == (0, 1000)
+    first.stop()
+
+    # While the recorder is down the node and the namespace's quota are deleted.
+    apiserver.delete("nodes", "node-gone")
+    apiserver.delete("resourcequotas", "gpu", "team-gone")
+
+    second = start_recorder(kubernetes="kubeconfig", kubeconfig=kubeconfig)
+    wait_for(lambda: health_status(second) == SERVING, "the sync after the restart")
+    assert registered(second, NODE, "node-gone") == {NODE}
+    assert namespace_mib(second, "team-gone") == (0, 0)
+    assert namespace_mib(second) == (0, 24576)
+
+
+def registered(recorder: RunningRecorder, *names: str) -> set[str]:
+    response = recorder.stub.GetNodeUsage(usage_pb2.GetNodeUsageRequest(node_names=names),
+                                          timeout=RPC_TIMEOUT_S)
+    return {node.node_name for node in response.nodes}
+
+
 def test_a_pod_that_vanished_from_the_list_stays_forgotten(
     apiserver: FakeApiServer, start_recorder: StartRecorder, tmp_path: Path
 ) -> None:
