@@ -10,11 +10,7 @@ usage recorder sets).
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
 
-import grpc
 import prometheus_client
 
 from services.common.config import parse_host_port
@@ -98,102 +94,3 @@ def start_metrics_server(addr: str | None) -> int | None:
     except OSError as error:
         raise MetricsError(f"cannot serve metrics on {addr}: {error.strerror or error}") from None
     return int(http_server.server_port)
-
-
-def _status_code(context: grpc.ServicerContext) -> str:
-    # code() is None when the handler returned normally without setting one.
-    code = getattr(context, "code", lambda: None)()  # grpc-stubs lack ServicerContext.code
-    return code.name if isinstance(code, grpc.StatusCode) else grpc.StatusCode.OK.name
-
-
-class LatencyInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  # untyped messages
-    """Times every call into hami_accounting_rpc_duration_seconds{service,method,code}.
-
-    A server-streaming call is timed until its stream ends (WatchUsage streams for minutes, so
-    read its buckets as stream lifetimes).
-    """
-
-    def __init__(self, service: str) -> None:
-        self._service = service
-
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        handler = continuation(handler_call_details)
-        if handler is None:
-            return None
-        method = handler_call_details.method
-        service = self._service
-
-        def observe(
-            context: grpc.ServicerContext,
-            started_s: float,
-            failed: bool,
-            cancelled: bool = False,
-        ) -> None:
-            code = _status_code(context)
-            if cancelled:
-                code = grpc.StatusCode.CANCELLED.name
-            elif failed and code == grpc.StatusCode.OK.name:
-                # An exception that is not an abort: grpc answers UNKNOWN.
-                code = grpc.StatusCode.UNKNOWN.name
-            RPC_DURATION.labels(service=service, method=method, code=code).observe(
-                time.perf_counter() - started_s
-            )
-
-        def unary_response(behavior: Callable[..., Any]) -> Callable[..., Any]:
-            def timed(request: Any, context: grpc.ServicerContext) -> Any:
-                started_s = time.perf_counter()
-                failed = True
-                try:
-                    response = behavior(request, context)
-                    failed = False
-                    return response
-                finally:
-                    observe(context, started_s, failed)
-
-            return timed
-
-        def stream_response(behavior: Callable[..., Any]) -> Callable[..., Any]:
-            def timed(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-                started_s = time.perf_counter()
-                failed, cancelled = True, False
-                try:
-                    yield from behavior(request, context)
-                    failed = False
-                except GeneratorExit:
-                    # grpc closes the generator when the client goes away mid-stream.
-                    cancelled = True
-                    raise
-                finally:
-                    observe(context, started_s, failed, cancelled)
-
-            return timed
-
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                unary_response(handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                unary_response(handler.stream_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                stream_response(handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                stream_response(handler.stream_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler

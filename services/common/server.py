@@ -1,8 +1,9 @@
 """gRPC server bootstrap shared by the three daemons, and the client channel they use.
 
 Layer: services (runtime). ``build_server`` gives every daemon the same shape: a synchronous
-``grpc.server`` on a thread pool; the OpenTelemetry server interceptor with an *explicit* tracer
-provider (never the global monkey-patch); a Prometheus latency interceptor; standard health
+``grpc.server`` on a thread pool; one interceptor for the Prometheus latency metric and, with an
+*explicit* tracer provider (never the global monkey-patch), each call's SERVER span
+(``call_telemetry``); client channels trace with opentelemetry-instrumentation-grpc; standard health
 (grpcio-health-checking) and reflection (grpcio-reflection); plaintext, TLS or mutual TLS; and
 message size limits. ``run_until_signalled`` turns SIGTERM/SIGINT into a graceful stop.
 """
@@ -20,11 +21,12 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from opentelemetry.instrumentation.grpc import client_interceptor, grpcext, server_interceptor
+from opentelemetry.instrumentation.grpc import client_interceptor, grpcext
 from opentelemetry.sdk.trace import TracerProvider
 
+from services.common import call_telemetry
+from services.common.call_telemetry import CallTelemetryInterceptor
 from services.common.config import TlsConfig, parse_host_port
-from services.common.metrics import LatencyInterceptor
 
 _LOG = logging.getLogger(__name__)
 
@@ -152,13 +154,12 @@ def build_server(
     Raises:
         ServerStartError: the address cannot be bound or the certificates cannot be read.
     """
-    interceptors: list[grpc.ServerInterceptor[Any, Any]] = []
-    if tracer_provider is not None:
-        # Outermost, so the server span covers the whole call, metrics included.
-        interceptors.append(
-            server_interceptor(tracer_provider=tracer_provider)  # type: ignore[no-untyped-call]
+    interceptors: list[grpc.ServerInterceptor[Any, Any]] = [
+        CallTelemetryInterceptor(
+            metrics_service or _daemon_name(service_names),
+            tracer_provider.get_tracer(call_telemetry.__name__) if tracer_provider else None,
         )
-    interceptors.append(LatencyInterceptor(metrics_service or _daemon_name(service_names)))
+    ]
 
     executor = futures.ThreadPoolExecutor(max_workers=max_workers,
                                           thread_name_prefix="grpc-server")

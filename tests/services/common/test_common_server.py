@@ -149,3 +149,59 @@ def test_server_without_tracer_provider_creates_no_spans(
         usage_pb2_grpc.UsageRecorderStub(channel).GetPodUsage(
             usage_pb2.GetPodUsageRequest(pod_uid="ok"), timeout=5)
     assert exporter.get_finished_spans() == ()
+
+
+REMOTE_TRACE_ID = 0x4BF92F3577B34DA6A3CE929D0E0E4736
+REMOTE_SPAN_ID = 0x00F067AA0BA902B7
+
+
+@pytest.mark.parametrize(
+    ("uid", "code"),
+    [
+        pytest.param("ok", grpc.StatusCode.OK, id="ok-is-unset-status"),
+        pytest.param("invalid", grpc.StatusCode.INVALID_ARGUMENT, id="mapped-error"),
+        pytest.param("own-abort", grpc.StatusCode.PERMISSION_DENIED, id="servicer-abort"),
+    ],
+)
+def test_the_server_span_continues_the_callers_trace_and_carries_the_code(
+    serve: ServeFn, spans: SpanFixture, uid: str, code: grpc.StatusCode
+) -> None:
+    provider, exporter = spans
+    handle = serve(tracer_provider=provider)
+    traceparent = f"00-{REMOTE_TRACE_ID:032x}-{REMOTE_SPAN_ID:016x}-01"
+    with client_channel(handle.target) as channel:
+        call = usage_pb2_grpc.UsageRecorderStub(channel).GetPodUsage
+        request = usage_pb2.GetPodUsageRequest(pod_uid=uid)
+        if code is grpc.StatusCode.OK:
+            call(request, timeout=5, metadata=(("traceparent", traceparent),))
+        else:
+            with pytest.raises(grpc.RpcError):
+                call(request, timeout=5, metadata=(("traceparent", traceparent),))
+
+    (span,) = exporter.get_finished_spans()
+    assert (span.name, span.kind.name) == (f"/{USAGE_SERVICE}/GetPodUsage", "SERVER")
+    assert span.context.trace_id == REMOTE_TRACE_ID
+    assert span.parent is not None and span.parent.span_id == REMOTE_SPAN_ID
+    assert dict(span.attributes or {}) == {
+        "rpc.system": "grpc",
+        "rpc.service": USAGE_SERVICE,
+        "rpc.method": "GetPodUsage",
+        "rpc.grpc.status_code": code.value[0],
+    }
+    assert span.status.is_ok is (code is grpc.StatusCode.OK)
+    assert not span.events  # an abort is an answer, not an exception
+
+
+def test_a_fault_in_the_servicer_marks_the_server_span_as_an_error(
+    serve: ServeFn, spans: SpanFixture
+) -> None:
+    provider, exporter = spans
+    handle = serve(tracer_provider=provider)
+    with client_channel(handle.target) as channel, pytest.raises(grpc.RpcError):
+        usage_pb2_grpc.UsageRecorderStub(channel).GetPodUsage(
+            usage_pb2.GetPodUsageRequest(pod_uid="bug"), timeout=5)
+
+    (span,) = exporter.get_finished_spans()
+    assert span.parent is None  # no context sent: the call starts its own trace
+    assert not span.status.is_ok
+    assert span.attributes is not None and span.attributes["rpc.grpc.status_code"] != 0
