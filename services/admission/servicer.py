@@ -65,13 +65,24 @@ def _pod_trace_span(tracer: trace.Tracer, pod: Pod, via: str) -> Iterator[trace.
         return
     current = trace.get_current_span().get_span_context()
     links = [trace.Link(current)] if current.is_valid else []
-    with tracer.start_as_current_span(
+    span = tracer.start_span(
         SPAN_NAME,
         context=otel_context.Context(),  # empty: a new trace, the pod's own
         links=links,
         attributes={**telemetry.pod_attributes(pod), telemetry.ATTR_PREFIX + "via": via},
-    ) as span:
+    )
+    # start_span and attach rather than start_as_current_span: the same span and the same
+    # error recording, without two more context managers on every check.
+    token = otel_context.attach(trace.set_span_in_context(span))
+    try:
         yield span
+    except BaseException as error:
+        span.record_exception(error)
+        span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        raise
+    finally:
+        otel_context.detach(token)
+        span.end()
 
 
 class QuotaChecker:

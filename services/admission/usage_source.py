@@ -56,6 +56,10 @@ DEFAULT_USAGE_TIMEOUT_S = 2.0
 """Deadline of every GetNamespaceUsage call."""
 DEFAULT_STREAM_LIFETIME_S = 60.0
 """Deadline of one WatchUsage stream; it is re-opened (with a fresh snapshot) when it expires."""
+MAX_REVISION_LEAD = 10_000
+"""A revision further ahead of the cache than this is not one its stream is about to deliver
+(a token from another recorder's journal, or made up): it is read directly at once instead of
+holding a server thread for the wait."""
 DEFAULT_MIN_REVISION_WAIT_S = 0.25
 """How long a check asking for a revision the cache has not reached waits for its event before
 reading the recorder directly (a revision from a restarted recorder's past, or a lagging
@@ -208,7 +212,8 @@ class WatchedUsageSource:
             # older one, and the stream delivers the same change anyway.
             return self._direct.namespace_items(namespace)
         with self._changed:
-            if min_revision > self._revision and self._live:
+            lead = min_revision - self._revision
+            if 0 < lead <= MAX_REVISION_LEAD and self._live:
                 # The write is usually one event away: waiting for it is cheaper than a read.
                 self._changed.wait_for(
                     lambda: not self._live or self._revision >= min_revision,

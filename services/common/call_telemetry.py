@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextvars import Token
 from typing import Any
 
 import grpc
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -52,7 +54,7 @@ def _status(context: grpc.ServicerContext, failed: bool, cancelled: bool) -> grp
 class _Call:
     """One call's clock and span."""
 
-    __slots__ = ("_span_scope", "span", "started_s")
+    __slots__ = ("_token", "span", "started_s")
 
     def __init__(
         self, tracer: trace.Tracer | None, method: str, attributes: dict[str, Any],
@@ -60,7 +62,7 @@ class _Call:
     ) -> None:
         self.started_s = time.perf_counter()
         self.span: trace.Span | None = None
-        self._span_scope: Any = None
+        self._token: Token[otel_context.Context] | None = None
         if tracer is None:
             return
         carrier = {
@@ -69,15 +71,13 @@ class _Call:
             if key in _CONTEXT_KEYS and isinstance(value, str)
         }
         parent = _PROPAGATOR.extract(carrier) if carrier else None
-        self._span_scope = tracer.start_as_current_span(
-            method,
-            context=parent,
-            kind=trace.SpanKind.SERVER,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
+        # start_span and attach rather than start_as_current_span: the same span without the
+        # generator-based context manager, on every call.
+        span = tracer.start_span(
+            method, context=parent, kind=trace.SpanKind.SERVER, attributes=attributes
         )
-        self.span = self._span_scope.__enter__()
+        self.span = span
+        self._token = otel_context.attach(trace.set_span_in_context(span, parent))
 
     def end(
         self,
@@ -101,7 +101,9 @@ class _Call:
         # An abort raises a bare Exception after setting the code; anything else is a fault.
         if error is not None and type(error) is not Exception:
             span.record_exception(error)
-        self._span_scope.__exit__(None, None, None)
+        if self._token is not None:
+            otel_context.detach(self._token)
+        span.end()
 
 
 class CallTelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  # untyped msgs
