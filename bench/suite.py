@@ -62,7 +62,7 @@ class Plan:
 
 
 FULL = Plan(
-    node_counts=(100, 1000, 5000), rounds_small=5, rounds_large=3,
+    node_counts=(100, 1000, 5000), rounds_small=7, rounds_large=3,
     sequential=load.Budget(0.6, 8, 3000, 30), concurrent=load.Budget(0.6, 16, 3000, 10),
     fit_nodes=5000, fit_rounds=5, fit_repeat=3, naive_nodes=1000,
     scale_pods=100_000, recoveries=3, go=True, profile_seconds=5.0,
