@@ -82,10 +82,27 @@ def markdown(results: dict[str, Any], chart_name: str | None = CHART.name) -> st
     lines += _fit_section(results["fit"])
     lines += _recorder_section(results["recorder"])
     lines += _burst_section(results["burst"])
+    lines += _watch_lag_section(results.get("watch_lag"))
     lines += _profile_section(results.get("profiles") or {}, results["goals"])
     if chart_name:
         lines += ["", f"![benchmark chart]({chart_name})", ""]
     return "\n".join(lines) + "\n"
+
+
+def _watch_lag_section(lag: dict[str, Any] | None) -> list[str]:
+    if not lag:
+        return []
+    return [
+        "",
+        "## How stale the caches are",
+        "",
+        f"{lag['samples']} RecordPod calls one at a time on the tracing-off stack, each timed from "
+        "its answer until a WatchUsage watcher in the benchmark process (namespaces only, like "
+        f"the admission cache) had its revision: p50 {lag['p50_us']} µs, p99 {lag['p99_us']} "
+        f"µs, max {lag['max_us']} µs. The event came before the answer {lag['event_first']} "
+        f"times; {lag['missed']} writes did not reach the watcher within 5 s. A check without "
+        "`min_usage_revision` inside that window can miss the write (docs/admission.md).",
+    ]
 
 
 def _rpc_section(rpc: dict[str, Any] | None) -> list[str]:

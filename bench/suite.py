@@ -11,7 +11,8 @@ Layer: benchmark. Order of a run:
    and 5,000 candidate nodes, rounds of every figure run one after the other (sequential, then
    8 callers), so noise hits a figure and its baseline alike; each figure reports the median
    over rounds of p50, p99 and calls/s;
-4. the burst, on the tracing-off stack;
+4. the burst, on the tracing-off stack, then the watch lag (how long after a write's answer a
+   WatchUsage watcher has it: how stale the caches are);
 5. the goals, as ratios measured in this run (a ratio goal is the median over rounds of the
    ratio of the two p50s, measured back to back); each missed goal is profiled (py-spy, or
    tracemalloc for memory) while its figure runs again.
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import burst, fitbench, load, profiling, recorder_scale, rpc, workload
+from bench import burst, fitbench, load, profiling, recorder_scale, rpc, watch_lag, workload
 from bench.go_client import GoCaller, GoUnavailable
 from bench.noop_server import METHOD as NOOP_METHOD
 from bench.otlp_sink import OtlpSink
@@ -59,19 +60,20 @@ class Plan:
     recoveries: int
     go: bool
     profile_seconds: float
+    watch_lag_samples: int
 
 
 FULL = Plan(
     node_counts=(100, 1000, 5000), rounds_small=7, rounds_large=3,
     sequential=load.Budget(0.6, 8, 3000, 30), concurrent=load.Budget(0.6, 16, 3000, 10),
     fit_nodes=5000, fit_rounds=5, fit_repeat=3, naive_nodes=1000,
-    scale_pods=100_000, recoveries=3, go=True, profile_seconds=5.0,
+    scale_pods=100_000, recoveries=3, go=True, profile_seconds=5.0, watch_lag_samples=500,
 )
 QUICK = Plan(
     node_counts=(10,), rounds_small=1, rounds_large=1,
     sequential=load.Budget(0.05, 3, 40, 2, 0.05), concurrent=load.Budget(0.05, 8, 40, 1, 0.05),
     fit_nodes=200, fit_rounds=1, fit_repeat=1, naive_nodes=50,
-    scale_pods=400, recoveries=1, go=False, profile_seconds=0.0,
+    scale_pods=400, recoveries=1, go=False, profile_seconds=0.0, watch_lag_samples=20,
 )
 
 # (key, limit, unit, text) of every goal; the value is computed in ``_goals``.
@@ -343,6 +345,8 @@ def run(plan: Plan, *, keep_work_dir: bool = False) -> dict[str, Any]:
             rpc_results = daemons.run()
             _log("burst: 50 pods, 8 callers, one pool")
             burst_result = burst.run(daemons.off)
+            _log(f"watch lag: {plan.watch_lag_samples} writes, each until a watcher has it")
+            lag = watch_lag.run(daemons.off, plan.watch_lag_samples)
             goals = _goals(_goal_values(rpc_results, fit, scale))
             profiles = _profile_misses(plan, goals, daemons, work_dir) \
                 if plan.profile_seconds else {}
@@ -367,6 +371,7 @@ def run(plan: Plan, *, keep_work_dir: bool = False) -> dict[str, Any]:
             "fit": fit,
             "recorder": scale,
             "burst": burst_result,
+            "watch_lag": lag,
             "profiles": profiles,
         }
     finally:

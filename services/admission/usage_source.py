@@ -14,8 +14,8 @@ Layer: services/admission (adapter). Two sources with one method, ``namespace_it
 
 How stale the watch cache can be: while the stream is up, by one event's propagation delay
 (the recorder queues the event when it commits the change; the stream delivers it, typically
-well under a millisecond on a local network, more under load; ``make bench`` measures it). A
-stream that dies without an error (a silently dropped connection) is bounded by
+a fraction of a millisecond on one machine, more under load; docs/benchmarks.md has the
+figure). A stream that dies without an error (a silently dropped connection) is bounded by
 ``stream_lifetime_s``: each stream carries that deadline and is re-opened, with a fresh
 snapshot, when it expires.
 
@@ -28,7 +28,7 @@ namespace quota under the recorder's lock and refuses what no longer fits. Admis
 early, friendly "no"; a cached "yes" can at worst let through a pod that Reserve then refuses.
 A cached "no" would be a wrong refusal of a pod that fits, so the checker confirms every denial
 with a ``fresh`` read before answering (``QuotaChecker``). The direct reads cost a second
-round trip per check (2.5 x a no-op RPC instead of 1.2 x, docs/benchmarks.md).
+round trip per check (about 2.5 x a no-op RPC instead of 1.3 x, docs/benchmarks.md).
 
 A recorder that cannot be reached is ``DependencyUnavailableError`` naming its address
 (UNAVAILABLE on gRPC, 503 in an AdmissionReview) — never a silent allow.

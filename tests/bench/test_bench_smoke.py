@@ -29,7 +29,10 @@ def test_quick_run_writes_every_section(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     results = json.loads((tmp_path / "latest.json").read_text())
-    assert {"meta", "goals", "rpc", "fit", "recorder", "burst", "profiles"} <= results.keys()
+    assert {"meta", "goals", "rpc", "fit", "recorder", "burst", "watch_lag", "profiles"
+            } <= results.keys()
+    lag = results["watch_lag"]
+    assert lag["missed"] == 0 and lag["p50_us"] is not None, lag
     assert results["meta"]["quick"] is True
     assert {goal["key"] for goal in results["goals"]} == GOALS
     for goal in results["goals"]:
