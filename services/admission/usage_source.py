@@ -6,7 +6,9 @@ Layer: services/admission (adapter). Two sources with one method, ``namespace_it
   copy of every namespace's quota items, fed by ``WatchUsage(send_initial_state=True)`` in a
   background thread (``services.common.usage_watch``), and falls back to direct reads for a
   namespace it has not seen and for every namespace while the stream is down (the copy is
-  dropped when the stream breaks and rebuilt from the next stream's initial state).
+  dropped when the stream breaks and rebuilt from the next stream's initial state). A direct
+  read is kept only once the stream has delivered an event: a recorder with no namespace and
+  no node sends none until its first change, and until then every check reads directly.
 * ``RecorderUsageSource`` (``HAMI_ACCOUNTING_USAGE_CACHE=off``) calls
   ``UsageRecorder.GetNamespaceUsage`` for every check, with a deadline (2 s by default): each
   answer is what the recorder had acknowledged when it answered. The cache also uses it for the
@@ -67,6 +69,18 @@ stream)."""
 
 QuotaItems = Mapping[str, QuotaItem]
 """A namespace's quota items keyed by resource name (nvidia.com/gpumem, ...)."""
+
+
+def should_wait_for_revision(min_revision: int, applied_revision: int) -> bool:
+    """Whether a check asking for ``min_revision`` waits for the stream to deliver it, given the
+    revision of the last event applied (-1: none yet).
+
+    Never without a token (0): such a check takes the newest the cache has, or reads directly,
+    and must not wait on a stream that may have nothing to send. Not for a revision already
+    applied, nor for one more than ``MAX_REVISION_LEAD`` ahead.
+    """
+    lead = min_revision - applied_revision
+    return min_revision > 0 and 0 < lead <= MAX_REVISION_LEAD
 
 
 class UsageSource(Protocol):
@@ -212,21 +226,25 @@ class WatchedUsageSource:
             # older one, and the stream delivers the same change anyway.
             return self._direct.namespace_items(namespace)
         with self._changed:
-            lead = min_revision - self._revision
-            if 0 < lead <= MAX_REVISION_LEAD and self._live:
+            if self._live and should_wait_for_revision(min_revision, self._revision):
                 # The write is usually one event away: waiting for it is cheaper than a read.
                 self._changed.wait_for(
                     lambda: not self._live or self._revision >= min_revision,
                     self._min_revision_wait_s,
                 )
             live, generation = self._live, self._generation
+            # The stream has delivered an event: the recorder has subscribed it, so every change
+            # after this moment arrives as an event.
+            receiving = self._revision >= 0
             cached = (
                 self._cache.get(namespace) if live and self._revision >= min_revision else None
             )
         if cached is not None:
             return cached
         items = self._direct.namespace_items(namespace)
-        if live:
+        if live and receiving:
+            # Kept only when no change can fall between the read and the stream: a read taken
+            # before the recorder subscribed the stream could miss a change for good.
             with self._lock:
                 # setdefault: an event that arrived during the read is at least as new.
                 if self._live and self._generation == generation:

@@ -23,7 +23,11 @@ from accounting.model import QuotaItem
 from hami.accounting.v1 import admission_pb2, usage_pb2_grpc
 from services.admission.__main__ import AdmissionDaemon
 from services.admission.servicer import QuotaChecker
-from services.admission.usage_source import WatchedUsageSource
+from services.admission.usage_source import (
+    MAX_REVISION_LEAD,
+    WatchedUsageSource,
+    should_wait_for_revision,
+)
 from services.common.server import client_channel
 from tests.builders import PodBuilder, req
 
@@ -198,3 +202,20 @@ def test_a_denial_from_the_copy_is_confirmed_against_the_recorder(
 
     assert outcome.decision.allowed is allowed
     assert source.fresh_reads == fresh_reads
+
+
+@pytest.mark.parametrize(
+    ("min_revision", "applied", "waits"),
+    [
+        pytest.param(0, -1, False, id="no-token-on-a-silent-stream-never-waits"),
+        pytest.param(0, 10, False, id="no-token"),
+        pytest.param(5, 10, False, id="already-applied"),
+        pytest.param(10, 10, False, id="exactly-applied"),
+        pytest.param(11, 10, True, id="one-event-away"),
+        pytest.param(5, -1, True, id="nothing-applied-yet"),
+        pytest.param(10 + MAX_REVISION_LEAD, 10, True, id="as-far-as-it-waits"),
+        pytest.param(11 + MAX_REVISION_LEAD, 10, False, id="too-far-ahead-is-read-directly"),
+    ],
+)
+def test_when_a_check_waits_for_the_stream(min_revision: int, applied: int, waits: bool) -> None:
+    assert should_wait_for_revision(min_revision, applied) is waits
