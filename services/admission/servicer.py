@@ -148,7 +148,6 @@ class QuotaChecker:
         record_decision(METRICS_SERVICE, verdict, decision.reason)
         return QuotaOutcome(pod, effective, decision, traceparent)
 
-
     def _decide(
         self, namespace: str, effective: EffectiveRequest, min_usage_revision: int
     ) -> QuotaDecision:
