@@ -10,7 +10,7 @@ reads.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import grpc
 
@@ -50,6 +50,17 @@ class NotLeaderError(AccountingError):
     """A write reached a standby replica (mapped to FAILED_PRECONDITION)."""
 
 
+WriteResponse = TypeVar(
+    "WriteResponse",
+    usage_pb2.RecordPodResponse,
+    usage_pb2.ForgetPodResponse,
+    usage_pb2.ReserveResponse,
+    usage_pb2.RegisterNodeResponse,
+    usage_pb2.SetQuotaResponse,
+)
+"""The answers of the writes: each carries the revision a reader can wait for."""
+
+
 class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     """The UsageRecorder RPCs over one ``UsageStore``."""
 
@@ -65,6 +76,12 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
         self._vendors = tuple(vendors)
         self._leader = leader
         self._watch_poll_s = watch_poll_s
+
+    def _with_revision(self, response: WriteResponse) -> WriteResponse:
+        """A write's answer with its read-your-writes token (the revision its change is visible
+        at; the last visible one when it changed nothing)."""
+        response.revision = self._store.visible_revision
+        return response
 
     def _require_leader(self) -> None:
         if self._leader is None or self._leader.is_leader:
@@ -82,9 +99,7 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     ) -> usage_pb2.RecordPodResponse:
         self._require_leader()
         pod = common.pod_from_source(request, self._vendors)
-        response = convert.record_response(self._store.record_pod(pod))
-        response.revision = self._store.visible_revision
-        return response
+        return self._with_revision(convert.record_response(self._store.record_pod(pod)))
 
     @map_errors
     def ForgetPod(
@@ -92,9 +107,7 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     ) -> usage_pb2.ForgetPodResponse:
         self._require_leader()
         pod_uid = convert.require_pod_uid(request.pod_uid)
-        response = convert.forget_response(self._store.forget_pod(pod_uid))
-        response.revision = self._store.visible_revision
-        return response
+        return self._with_revision(convert.forget_response(self._store.forget_pod(pod_uid)))
 
     @map_errors
     def Reserve(
@@ -102,9 +115,8 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     ) -> usage_pb2.ReserveResponse:
         self._require_leader()
         pod = convert.reserve_pod(request, self._vendors)
-        response = convert.reserve_response(self._store.reserve(pod, request.node_name))
-        response.revision = self._store.visible_revision
-        return response
+        outcome = self._store.reserve(pod, request.node_name)
+        return self._with_revision(convert.reserve_response(outcome))
 
     @map_errors
     def RegisterNode(
@@ -112,11 +124,8 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     ) -> usage_pb2.RegisterNodeResponse:
         self._require_leader()
         node = common.node_from_source(request)
-        response = convert.register_node_response(
-            self._store.register_node(node.node_name, node.devices)
-        )
-        response.revision = self._store.visible_revision
-        return response
+        snapshot = self._store.register_node(node.node_name, node.devices)
+        return self._with_revision(convert.register_node_response(snapshot))
 
     @map_errors
     def SetQuota(
@@ -124,9 +133,7 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     ) -> usage_pb2.SetQuotaResponse:
         self._require_leader()
         items = self._store.set_quota(request.namespace, dict(request.limits))
-        response = convert.set_quota_response(items)
-        response.revision = self._store.visible_revision
-        return response
+        return self._with_revision(convert.set_quota_response(items))
 
     # -- reads ---------------------------------------------------------------------------------
 
