@@ -28,7 +28,8 @@ One Filter, step by step (HAMi's Filter, reference/hami-behaviour.md §5.2):
    ``hami.io/node-scheduler-policy`` and ``hami.io/gpu-scheduler-policy`` win).
 5. The placement counts only once the recorder's ``Reserve`` stored it: Reserve re-checks
    capacity and quota atomically, so two scheduler replicas never hand out the same capacity.
-   When it refuses (another replica was faster, or the cache had not seen a change yet), the
+   When it refuses (another replica was faster, the cache had not seen a change yet, or the
+   node was unregistered or its inventory replaced since it was read: ``NodeChanged``), the
    snapshot is read again — the refused node directly from the recorder — and the pod fitted
    again, up to ``reserve_attempts`` times; then the answer is ReservationConflict.
 
@@ -87,6 +88,8 @@ NODE_BATCH = 500
 """Candidate nodes per GetNodeUsage call: 10,000 nodes' device lists in one answer would pass
 the 4 MiB message limit, so large candidate lists are read in parallel batches."""
 _MIN_TIMEOUT_S = 0.001
+NODE_CHANGED = "NodeChanged"
+"""A Reserve refused because the recorder's node no longer matches the one the fit saw."""
 
 _DECISIONS = {
     SCHEDULED: "schedule",
@@ -188,9 +191,20 @@ class RecorderClient:
     def reserve(
         self, pod: Pod, node_name: str, grants: PodDevices, timeout_s: float
     ) -> Reservation:
-        response = self._call(
-            self._stub.Reserve, convert.reserve_request(pod, node_name, grants), timeout_s
-        )
+        try:
+            response = self._call(
+                self._stub.Reserve, convert.reserve_request(pod, node_name, grants), timeout_s
+            )
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                raise
+            # The pod was validated here and the grants come from this recorder's own node
+            # state: if it calls them invalid, the node changed since it was read (unregistered,
+            # or its inventory replaced). That is a lost race, refused like any other so the
+            # node is read again, not an error blaming the caller's pod.
+            return Reservation(
+                False, NODE_CHANGED, f"the recorder refused the grants: {error.details()}"
+            )
         return convert.reservation_from_pb(response)
 
 

@@ -153,3 +153,30 @@ def test_lost_reservation_is_retried_on_fresh_usage(
     assert recorder.node_memory("node1") == CARD_MIB
     assert recorder.stored(rival["metadata"]["uid"]).found
     assert not recorder.stored(pod["metadata"]["uid"]).found
+
+
+def test_a_node_whose_inventory_changed_before_reserve_is_read_again(
+    recorder: Recorder,
+    serve_placer: Callable[[PodPlacer], scheduler_pb2_grpc.SchedulerStub],
+) -> None:
+    recorder.register_node("node1", [gpu_device("GPU-0", memory_mib=CARD_MIB)])
+
+    def device_plugin_re_registers() -> None:
+        # The card the first snapshot showed is gone: the fit's GPU-0 grant names no device.
+        recorder.register_node("node1", [gpu_device("GPU-1", memory_mib=CARD_MIB)])
+
+    client = StaleRecorder(recorder.target, device_plugin_re_registers, always_stale=False)
+    stub = serve_placer(PodPlacer(client, reserve_attempts=3))
+    pod = half_card_pod("moved")
+
+    response = stub.Filter(
+        scheduler_pb2.FilterRequest(kubernetes_pod_json=to_json(pod), node_names=["node1"]),
+        timeout=RPC_TIMEOUT_S,
+    )
+    client.close()
+
+    # Refused as a lost race (not INVALID_ARGUMENT to the caller), read again, placed.
+    assert response.reason == "Scheduled", response.message
+    assert client.snapshots == 2
+    assert response.annotations["hami.io/vgpu-devices-allocated"] == "GPU-1,NVIDIA,12288,0:;"
+    assert recorder.node_memory("node1") == HALF_MIB
