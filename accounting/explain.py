@@ -28,6 +28,9 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+# Amount is re-exported: the explanation's figures are of the accounting's one amount type.
+from accounting.amount import ZERO
+from accounting.amount import Amount as Amount
 from accounting.model import (
     NVIDIA_RESOURCES,
     Container,
@@ -41,7 +44,9 @@ from accounting.model import (
 from accounting.pod import (
     EffectiveRequest,
     UsagePhases,
+    device_demand,
     effective_request,
+    grant_amounts,
     remaining_usage,
     usage_phases,
 )
@@ -79,23 +84,6 @@ class Model(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Amount:
-    """Memory (MiB) and compute (percent of one device)."""
-
-    memory_mib: int = 0
-    core_percent: int = 0
-
-    def plus(self, other: Amount) -> Amount:
-        return Amount(self.memory_mib + other.memory_mib, self.core_percent + other.core_percent)
-
-    def minus(self, other: Amount) -> Amount:
-        return Amount(self.memory_mib - other.memory_mib, self.core_percent - other.core_percent)
-
-
-ZERO = Amount()
-
-
-@dataclass(frozen=True, slots=True)
 class InitPoint:
     """What one device carries while a regular init container runs."""
 
@@ -108,7 +96,7 @@ class InitPoint:
 
     @property
     def total(self) -> Amount:
-        return self.own.plus(self.sidecars)
+        return self.own + self.sidecars
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,17 +237,14 @@ def explain(pod: Pod, vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,)) 
 
 
 def _request_grants(container: Container, vendor: VendorResources) -> tuple[DeviceGrant, ...]:
-    factor = max(vendor.memory_factor, 1)
-    return tuple(
+    demand = device_demand(container, vendor)
+    if demand is None:
+        return ()
+    per_pod = demand.per_pod
+    return (
         DeviceGrant(
-            uuid=REQUEST_DEVICE,
-            device_type=vendor.vendor,
-            memory_mib=request.count * request.memory_mib * factor,
-            core_percent=request.count * request.core_percent,
-            slots=request.count,
-        )
-        for request in container.requests
-        if request.vendor == vendor.vendor and request.count > 0
+            REQUEST_DEVICE, vendor.vendor, per_pod.memory_mib, per_pod.core_percent, per_pod.slots
+        ),
     )
 
 
@@ -286,21 +271,39 @@ def _sidecar_unaware(pod: Pod) -> Pod:
 
 def _kubernetes_pod(pod: Pod) -> Pod:
     """The pod as the ResourceQuota evaluator sees it: each container's quantities as written,
-    per container (Kubernetes does not know nvidia.com/gpumem is per device)."""
+    per container (Kubernetes does not know nvidia.com/gpumem is per device, and a default
+    memory is not written)."""
     return replace(
         pod,
         containers=tuple(
-            replace(c, requests=tuple(replace(r, count=1) for r in c.requests if r.count > 0))
+            replace(
+                c,
+                requests=tuple(
+                    replace(r, count=1, memory_mib=0 if r.memory_from_default else r.memory_mib)
+                    for r in c.requests
+                    if r.count > 0
+                ),
+            )
             for c in pod.containers
         ),
     )
 
 
+def _as_written(vendor: VendorResources) -> VendorResources:
+    """The vendor's names without HAMi's sizing: no memory factor, no default memory."""
+    return replace(vendor, memory_factor=1, default_memory_mib=0)
+
+
 # -- the table ---------------------------------------------------------------------------------
 
 
+def _charge(amount: Amount) -> Amount:
+    """Memory and compute only: explain reports slots apart, as counts."""
+    return Amount(amount.memory_mib, amount.core_percent)
+
+
 def _amount(usage: DeviceUsage) -> Amount:
-    return Amount(usage.memory_mib, usage.core_percent)
+    return _charge(usage.amount)
 
 
 def _request_amount(request: EffectiveRequest) -> Amount:
@@ -308,24 +311,7 @@ def _request_amount(request: EffectiveRequest) -> Amount:
 
 
 def _sum(amounts: Iterable[Amount]) -> Amount:
-    total = ZERO
-    for amount in amounts:
-        total = total.plus(amount)
-    return total
-
-
-def _own_usage(container: Container) -> dict[str, tuple[str, Amount, int]]:
-    """uuid -> (device type, usage, slots) of one container's grants (two grants on one UUID
-    add up, as in accounting.pod)."""
-    own: dict[str, tuple[str, Amount, int]] = {}
-    for grant in container.grants:
-        kind, amount, slots = own.get(grant.uuid, (grant.device_type, ZERO, 0))
-        own[grant.uuid] = (
-            kind,
-            amount.plus(Amount(grant.memory_mib, grant.core_percent)),
-            slots + grant.slot_weight,
-        )
-    return own
+    return Amount.total(amounts)
 
 
 def _sidecar_names(containers: Sequence[Container], position: int, uuid: str) -> tuple[str, ...]:
@@ -343,23 +329,26 @@ def _container(
     lines: list[DeviceLine] = []
     for view, view_phases in zip(views, phases, strict=True):
         container = view.containers[position]
-        own = _own_usage(container)
+        own = grant_amounts(container)
+        kinds = {grant.uuid: grant.device_type for grant in container.grants}
         points: dict[str, DeviceUsage] = {}
         for point_position, point in view_phases.init_points:
             if point_position == position:
                 points = {usage.uuid: usage for usage in point}
         for uuid in sorted(set(own) | set(points)):
-            kind, amount, slots = own.get(uuid, ("", ZERO, 0))
+            held = own.get(uuid, ZERO)
+            amount = _charge(held)
+            kind = kinds.get(uuid, "")
             init_point = None
             if uuid in points:
                 total = _amount(points[uuid])
                 kind = kind or points[uuid].device_type
                 init_point = InitPoint(
                     own=amount,
-                    sidecars=total.minus(amount),
+                    sidecars=total - amount,
                     sidecar_names=_sidecar_names(view.containers, position, uuid),
                 )
-            lines.append(DeviceLine(uuid, kind, amount, slots, init_point))
+            lines.append(DeviceLine(uuid, kind, amount, held.slots, init_point))
     return ContainerExplanation(
         position=position,
         name=original.name,
@@ -416,7 +405,7 @@ def _charges(
     hami_after_init = hami_app_only if has_init_list and not has_sidecars else hami_peak
     kubernetes_pod = _kubernetes_pod(pod)
     kubernetes = _sum(
-        _request_amount(effective_request(kubernetes_pod, replace(vendor, memory_factor=1)))
+        _request_amount(effective_request(kubernetes_pod, _as_written(vendor)))
         for vendor in vendors
     )
 

@@ -40,8 +40,17 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
-from accounting import pod as pod_rules
 from accounting import quota as quota_rules
+from accounting.amount import Amount
+from accounting.annotations import (
+    GPU_POLICY_ANNOTATION,
+    NODE_POLICY_ANNOTATION,
+    NOUSE_GPU_TYPE_ANNOTATION,
+    NOUSE_GPU_UUID_ANNOTATION,
+    USE_GPU_TYPE_ANNOTATION,
+    USE_GPU_UUID_ANNOTATION,
+    VGPU_MODE_ANNOTATION,
+)
 from accounting.errors import InvalidInputError
 from accounting.model import (
     NVIDIA_RESOURCES,
@@ -54,44 +63,26 @@ from accounting.model import (
     QuotaItem,
     VendorResources,
 )
-
-# Per-device reasons, spelled as HAMi spells them (pkg/device/common), so that operators and
-# log parsers read the same words from both schedulers.
-CARD_NOT_HEALTH = "CardNotHealth"
-CARD_TYPE_MISMATCH = "CardTypeMismatch"
-CARD_UUID_MISMATCH = "CardUuidMismatch"
-CARD_TIME_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"
-CARD_INSUFFICIENT_MEMORY = "CardInsufficientMemory"
-CARD_INSUFFICIENT_CORE = "CardInsufficientCore"
-EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = "ExclusiveDeviceAllocateConflict"
-CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
-ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
-"""Counts the devices that did pass when too few did (HAMi counts the cards it had picked)."""
-# Node-level reasons. HAMi returns NodeInsufficientDevice bare, without a count.
-NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
-RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
-
-# FitResult.reason codes.
-SCHEDULED = "Scheduled"
-NO_GPU_REQUEST = "NoGpuRequest"
-NO_NODE_FITS = "NoNodeFits"
+from accounting.pod import EXCLUSIVE_CORE_PERCENT, DeviceDemand, collapse_grants, device_demand
+from accounting.reasons import (
+    ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
+    CARD_CAPACITY_REASON,
+    CARD_COMPUTE_UNITS_EXHAUSTED,
+    CARD_NOT_HEALTH,
+    CARD_TYPE_MISMATCH,
+    CARD_UUID_MISMATCH,
+    EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
+    NO_GPU_REQUEST,
+    NO_NODE_FITS,
+    NODE_INSUFFICIENT_DEVICE,
+    RESOURCE_QUOTA_NOT_FIT,
+    SCHEDULED,
+    card_shortfall,
+)
 
 BINPACK = "binpack"
 SPREAD = "spread"
 POLICIES = (BINPACK, SPREAD)
-
-NODE_POLICY_ANNOTATION = "hami.io/node-scheduler-policy"
-GPU_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"
-USE_GPU_TYPE_ANNOTATION = "nvidia.com/use-gputype"
-NOUSE_GPU_TYPE_ANNOTATION = "nvidia.com/nouse-gputype"
-USE_GPU_UUID_ANNOTATION = "nvidia.com/use-gpuuuid"
-NOUSE_GPU_UUID_ANNOTATION = "nvidia.com/nouse-gpuuuid"
-VGPU_MODE_ANNOTATION = "nvidia.com/vgpu-mode"
-
-# A request for exactly this many cores on a card of this many asks for the card alone (§3.5).
-_EXCLUSIVE_CORE_PERCENT = 100
-_MAX_CORE_PERCENT = 100
-_WHOLE_CARD_PERCENT = 100
 
 
 def device_score(
@@ -241,42 +232,26 @@ def _reposition(
     under spread), usually by a few places, and re-sorting the whole node each time cost more
     than the fit of the container. Both directions are tried, so any change of score works.
     """
+    # Binpack puts the higher score first, spread the lower: compare sign × score, then rank.
+    sign = -1.0 if binpack else 1.0
     i = order.index(p)
-    score = scores[p]
+    key = sign * scores[p]
     own_rank = rank[p]
     last = len(order) - 1
-    if binpack:
-        # p goes before q when score > scores[q], or equal and own_rank < rank[q].
-        while i > 0:
-            q = order[i - 1]
-            other = scores[q]
-            if other > score or (other == score and rank[q] < own_rank):
-                break
-            order[i] = q
-            i -= 1
-        while i < last:
-            q = order[i + 1]
-            other = scores[q]
-            if other < score or (other == score and rank[q] > own_rank):
-                break
-            order[i] = q
-            i += 1
-    else:
-        # p goes before q when score < scores[q], or equal and own_rank < rank[q].
-        while i > 0:
-            q = order[i - 1]
-            other = scores[q]
-            if other < score or (other == score and rank[q] < own_rank):
-                break
-            order[i] = q
-            i -= 1
-        while i < last:
-            q = order[i + 1]
-            other = scores[q]
-            if other > score or (other == score and rank[q] > own_rank):
-                break
-            order[i] = q
-            i += 1
+    while i > 0:  # forward while p goes before its predecessor q
+        q = order[i - 1]
+        other = sign * scores[q]
+        if other < key or (other == key and rank[q] < own_rank):
+            break
+        order[i] = q
+        i -= 1
+    while i < last:  # back while its successor q goes before p
+        q = order[i + 1]
+        other = sign * scores[q]
+        if other > key or (other == key and rank[q] > own_rank):
+            break
+        order[i] = q
+        i += 1
     order[i] = p
 
 
@@ -360,6 +335,8 @@ class _Ask(NamedTuple):
     """core_percent is 100: the card alone (refused on a 100-core card with any task on it)."""
     share_only: bool
     """core_percent is 0: refused on a card whose compute is fully given away."""
+    demand: DeviceDemand
+    """The sized request the fields above are unpacked from (for the fit's hot loop)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,40 +445,25 @@ def _checked_policy(name: str, value: str) -> str:
 
 
 def _memory_need(ask: _Ask, memory_total_mib: int) -> int:
-    """Memory charged on one card: the fixed MiB, else the share of this card (integer,
-    HAMi's Totalmem × percentage / 100)."""
-    if ask.memory_mib >= 0:
-        return ask.memory_mib
-    return memory_total_mib * ask.memory_percent // 100
+    """Memory charged on one card of ``memory_total_mib``."""
+    return ask.demand.on_card(memory_total_mib).memory_mib
 
 
 def _build_ask(position: int, container: Container, vendor: VendorResources) -> _Ask | None:
-    for request in container.requests:
-        if request.vendor != vendor.vendor or request.count <= 0:
-            continue
-        factor = vendor.memory_factor if vendor.memory_factor > 1 else 1
-        memory_mib, memory_percent = -1, 0
-        if request.memory_mib > 0:
-            memory_mib = request.memory_mib * factor
-        elif request.memory_percent > 0:
-            memory_percent = min(request.memory_percent, _WHOLE_CARD_PERCENT)
-        elif vendor.default_memory_mib > 0:
-            # HAMi's defaultMemory is not multiplied by the memory factor (§3.2 step 4).
-            memory_mib = vendor.default_memory_mib
-        else:
-            memory_percent = _WHOLE_CARD_PERCENT
-        core_percent = min(request.core_percent, _MAX_CORE_PERCENT)
-        return _Ask(
-            position=position,
-            is_init=container.container_class is ContainerClass.INIT,
-            device_count=request.count,
-            memory_mib=memory_mib,
-            memory_percent=memory_percent,
-            core_percent=core_percent,
-            exclusive=core_percent == _EXCLUSIVE_CORE_PERCENT,
-            share_only=core_percent == 0,
-        )
-    return None
+    demand = device_demand(container, vendor)
+    if demand is None:
+        return None
+    return _Ask(
+        position=position,
+        is_init=container.container_class is ContainerClass.INIT,
+        device_count=demand.count,
+        memory_mib=-1 if demand.memory_mib is None else demand.memory_mib,
+        memory_percent=demand.memory_percent,
+        core_percent=demand.core_percent,
+        exclusive=demand.core_percent == EXCLUSIVE_CORE_PERCENT,
+        share_only=demand.core_percent == 0,
+        demand=demand,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -557,26 +519,19 @@ class _PodPlan:
         )
 
 
-def _capacity_refusal(
-    ask: _Ask,
-    slots_used: int,
-    slots_total: int,
-    memory_used_mib: int,
-    memory_total_mib: int,
-    cores_used: int,
-    cores_total: int,
-) -> str | None:
-    """The first capacity rule that refuses a device for one container's request, or None."""
-    if slots_total <= slots_used:
-        return CARD_TIME_SLICING_EXHAUSTED
-    if memory_total_mib - memory_used_mib < _memory_need(ask, memory_total_mib):
-        return CARD_INSUFFICIENT_MEMORY
+def _capacity_refusal(ask: _Ask, used: Amount, capacity: Amount) -> str | None:
+    """The first capacity rule that refuses a card for one container's request, or None."""
+    short = card_shortfall(ask.demand.on_card(capacity.memory_mib), capacity - used)
+    if short is not None:
+        return CARD_CAPACITY_REASON[short]
     cores = ask.core_percent
-    if cores_total - cores_used < cores:
-        return CARD_INSUFFICIENT_CORE
-    if cores == _EXCLUSIVE_CORE_PERCENT and cores_total == _EXCLUSIVE_CORE_PERCENT and slots_used:
+    if (
+        cores == EXCLUSIVE_CORE_PERCENT
+        and capacity.core_percent == EXCLUSIVE_CORE_PERCENT
+        and used.slots
+    ):
         return EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
-    if cores == 0 and cores_total != 0 and cores_used == cores_total:
+    if cores == 0 and capacity.core_percent != 0 and used.core_percent == capacity.core_percent:
         # A share-only task would land on a card whose compute is fully given away.
         return CARD_COMPUTE_UNITS_EXHAUSTED
     return None
@@ -592,11 +547,16 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement | str:
     """Fits every container of the pod on one node: the hot path of the scheduler. Returns the
     placement, or the reason the node is refused.
 
-    The capacity test in the device loop is _capacity_refusal inlined, on free capacity (a call
-    per device visited costs as much as the rest of the loop); _capacity_refusal itself names
-    the reason once a container fails, and bench/naive_fit.py cross-checks both. An init
-    container is checked against the steady copy and charges nothing, so its point never needs
-    recording here: _merged_usage replays the picks when the usage is asked for.
+    The device loop is the one place the accounting keeps a hand-inlined copy of its rules,
+    because it runs for every device of every candidate node: the capacity test is
+    _capacity_refusal (Amount arithmetic) on three integer lists of free capacity, and a
+    card's share of memory is DeviceDemand.on_card written out (a call per device visited
+    costs as much as the rest of the loop). _capacity_refusal itself names the reason once a
+    container fails; tests/accounting/test_fit_properties.py pins the loop to
+    bench/naive_fit.py, the literal deep-copy reading, written apart on purpose, and the
+    merged usage to the fold. An init container is checked against the steady copy and
+    charges nothing, so its point never needs recording here: _merged_usage folds the grants
+    when the usage is asked for.
     """
     vendor_name = plan.vendor_name
     if plan.device_filter is None:
@@ -623,7 +583,7 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement | str:
     placement: _Placement = []
 
     for ask in plan.asks:
-        _, is_init, count, memory_fixed, memory_percent, cores, exclusive, share_only = ask
+        _, is_init, count, memory_fixed, memory_percent, cores, exclusive, share_only, _ = ask
         if count > vendor_devices:
             return NODE_INSUFFICIENT_DEVICE
         if moved is not None:
@@ -654,7 +614,7 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement | str:
                 continue
             if (
                 exclusive
-                and cores_total[p] == _EXCLUSIVE_CORE_PERCENT
+                and cores_total[p] == EXCLUSIVE_CORE_PERCENT
                 and slots_free[p] != slots_total[p]
             ):
                 continue
@@ -676,15 +636,10 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement | str:
                     slots_free[p] += 1
                     memory_free[p] += _memory_need(ask, memory_total[p])
                     cores_free[p] += cores
+            capacity = [state.device.capacity for state in columns.devices]
+            free = map(Amount, memory_free, cores_free, slots_free)
             return _device_reasons(
-                ask,
-                allowed[0],
-                [t - f for t, f in zip(slots_total, slots_free, strict=True)],
-                slots_total,
-                [t - f for t, f in zip(memory_total, memory_free, strict=True)],
-                memory_total,
-                [t - f for t, f in zip(cores_total, cores_free, strict=True)],
-                cores_total,
+                ask, allowed[0], [c - f for c, f in zip(capacity, free, strict=True)], capacity
             )
         if not is_init:
             moved = picks
@@ -695,12 +650,8 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement | str:
 def _device_reasons(
     ask: _Ask,
     blocks: Sequence[str | None],
-    slots_used: Sequence[int],
-    slots_total: Sequence[int],
-    memory_used: Sequence[int],
-    memory_total: Sequence[int],
-    cores_used: Sequence[int],
-    cores_total: Sequence[int],
+    used: Sequence[Amount],
+    capacity: Sequence[Amount],
 ) -> str:
     """Why one container fits nowhere on the node: each device counted under its first reason.
 
@@ -710,15 +661,7 @@ def _device_reasons(
     counts: dict[str, int] = {}
     passing = 0
     for p, block in enumerate(blocks):
-        reason = block or _capacity_refusal(
-            ask,
-            slots_used[p],
-            slots_total[p],
-            memory_used[p],
-            memory_total[p],
-            cores_used[p],
-            cores_total[p],
-        )
+        reason = block or _capacity_refusal(ask, used[p], capacity[p])
         if reason is None:
             passing += 1
         else:
@@ -744,44 +687,6 @@ def _grants(
     return tuple(per_position)
 
 
-def _merged_usage(
-    plan: _PodPlan, columns: _NodeColumns, placement: _Placement
-) -> tuple[DeviceUsage, ...]:
-    """max(steady, every init point) per device the pod touches, sorted by UUID.
-
-    Replays the placement in fitting order: steady containers add to a device's running
-    charge, an init container's point is that running charge plus itself.
-    """
-    steady: dict[int, list[int]] = {}
-    peaks: dict[int, list[int]] = {}
-    memory_total = columns.memory_total
-    for ask, picks in zip(plan.asks, placement, strict=True):
-        for p in picks:
-            need = _memory_need(ask, memory_total[p])
-            charged = steady.setdefault(p, [0, 0, 0])
-            if ask.is_init:
-                point = [charged[0] + need, charged[1] + ask.core_percent, charged[2] + 1]
-                peak = peaks.setdefault(p, point)
-                for dimension in range(3):
-                    peak[dimension] = max(peak[dimension], point[dimension])
-            else:
-                charged[0] += need
-                charged[1] += ask.core_percent
-                charged[2] += 1
-    device_type = plan.vendor_name
-    usage: list[DeviceUsage] = []
-    for p, charged in steady.items():
-        memory_mib, core_percent, slots = charged
-        highest = peaks.get(p)
-        if highest is not None:
-            memory_mib = max(memory_mib, highest[0])
-            core_percent = max(core_percent, highest[1])
-            slots = max(slots, highest[2])
-        usage.append(DeviceUsage(columns.uuids[p], device_type, memory_mib, core_percent, slots))
-    usage.sort(key=lambda u: u.uuid)
-    return tuple(usage)
-
-
 def _quota_allows(plan: _PodPlan, grants: tuple[tuple[DeviceGrant, ...], ...]) -> bool:
     """Re-checks the namespace quota with the memory the chosen cards really give.
 
@@ -793,12 +698,21 @@ def _quota_allows(plan: _PodPlan, grants: tuple[tuple[DeviceGrant, ...], ...]) -
     devices, e.g. "1/1 ResourceQuotaNotFit".
     """
     assert plan.quota_items is not None
-    containers = [
-        Container(container.name, container.container_class, (), container_grants)
-        for container, container_grants in zip(plan.pod.containers, grants, strict=True)
-    ]
-    usage = pod_rules.collapse_grants(containers)
+    usage = _merged_usage(plan.pod, grants)
     return quota_rules.check_usage(plan.pod.namespace, usage, plan.quota_items, plan.vendor).allowed
+
+
+def _merged_usage(
+    pod: Pod, grants: tuple[tuple[DeviceGrant, ...], ...]
+) -> tuple[DeviceUsage, ...]:
+    """What the pod adds per device with these grants: the fold over the containers with them
+    (max of steady and every init point), sorted by UUID."""
+    return collapse_grants(
+        [
+            Container(container.name, container.container_class, (), container_grants)
+            for container, container_grants in zip(pod.containers, grants, strict=True)
+        ]
+    )
 
 
 def _quota_refusal(columns: _NodeColumns) -> str:
@@ -839,7 +753,7 @@ def _fit_node(plan: _PodPlan, node: NodeState) -> NodeFit:
         "",
         columns.node_score,
         grants,
-        _merged_usage(plan, columns, placement),
+        _merged_usage(plan.pod, grants),
     )
 
 

@@ -10,8 +10,9 @@ Layer: accounting (pure). Two formats live here:
   so raw NVIDIA grants stay in the four-field form every HAMi version reads.
 * ``hami.io/node-nvidia-register``: the JSON array of DeviceInfo the device plugin writes.
 
-Decoders collect every problem and raise one ``InvalidInputError`` whose paths point into the
-annotation, e.g. ``annotations["hami.io/vgpu-devices-allocated"][1][0]``.
+The annotation keys live in ``accounting.annotations``. Decoders collect every problem and
+raise one ``InvalidInputError`` whose paths point into the annotation, e.g.
+``annotations["hami.io/vgpu-devices-allocated"][1][0]``.
 """
 
 from __future__ import annotations
@@ -21,36 +22,21 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from accounting.annotations import (
+    DEVICES_ALLOCATED_ANNOTATION,
+    NODE_REGISTER_ANNOTATION,
+)
 from accounting.errors import InvalidInputError
-from accounting.model import NVIDIA, Device, DeviceGrant
+from accounting.model import DEFAULT_DEVICE_MODE, NVIDIA, Device, DeviceGrant
 from accounting.validate import (
     INT32_MAX,
     INT32_MIN,
     MAX_DEVICES_PER_NODE,
     BoundedViolations,
     check_wire_text,
+    json_kind,
     quote,
 )
-
-DEVICES_ALLOCATED_ANNOTATION = "hami.io/vgpu-devices-allocated"
-"""Written once by the scheduler; the one the accounting reads."""
-DEVICES_TO_ALLOCATE_ANNOTATION = "hami.io/vgpu-devices-to-allocate"
-"""Same string at first; the device plugin empties entries as it hands devices out."""
-VGPU_NODE_ANNOTATION = "hami.io/vgpu-node"
-"""The chosen node; HAMi tracks a pod for accounting only once it is set."""
-VGPU_TIME_ANNOTATION = "hami.io/vgpu-time"
-"""Unix seconds of the placement, as a decimal string."""
-NODE_REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
-"""Node annotation: the JSON array of the node's NVIDIA devices."""
-
-USE_GPU_TYPE_ANNOTATION = "nvidia.com/use-gputype"
-NOUSE_GPU_TYPE_ANNOTATION = "nvidia.com/nouse-gputype"
-USE_GPU_UUID_ANNOTATION = "nvidia.com/use-gpuuuid"
-NOUSE_GPU_UUID_ANNOTATION = "nvidia.com/nouse-gpuuuid"
-NODE_SCHEDULER_POLICY_ANNOTATION = "hami.io/node-scheduler-policy"
-GPU_SCHEDULER_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"
-
-DEFAULT_MODE = "hami-core"
 
 _ALLOCATED_PATH = f'annotations["{DEVICES_ALLOCATED_ANNOTATION}"]'
 _REGISTER_PATH = f'annotations["{NODE_REGISTER_ANNOTATION}"]'
@@ -213,7 +199,7 @@ def decode_node_register(value: str, *, path: str = _REGISTER_PATH) -> tuple[Dev
         return ()
     if not isinstance(document, list):
         raise InvalidInputError.single(
-            path, f"must be a JSON array of devices, got {_json_kind(document)}"
+            path, f"must be a JSON array of devices, got {json_kind(document)}"
         )
     if len(document) > MAX_DEVICES_PER_NODE:
         raise InvalidInputError.single(
@@ -248,23 +234,9 @@ def _json_error_message(value: str, error: ValueError) -> str:
     return f"must be a JSON array of devices, not valid JSON ({error})"
 
 
-def _json_kind(value: object) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if value is None:
-        return "null"
-    return "a number"
-
-
 def _decode_device(element: object, path: str, found: BoundedViolations) -> Device | None:
     if not isinstance(element, dict):
-        found.add(path, f"must be an object, got {_json_kind(element)}")
+        found.add(path, f"must be an object, got {json_kind(element)}")
         return None
     before = len(found)
     uuid = _json_str(element, "id", path, found)
@@ -278,7 +250,7 @@ def _decode_device(element: object, path: str, found: BoundedViolations) -> Devi
         memory_total_mib=_json_int(element, "devmem", path, found),
         cores_total=_json_int(element, "devcore", path, found),
         numa=_json_int(element, "numa", path, found, low=INT32_MIN),
-        mode=_json_str(element, "mode", path, found) or DEFAULT_MODE,
+        mode=_json_str(element, "mode", path, found) or DEFAULT_DEVICE_MODE,
         healthy=_json_bool(element, "health", path, found),
         vendor=NVIDIA,
     )
@@ -304,7 +276,7 @@ def _json_str(element: Mapping[str, Any], key: str, path: str, found: BoundedVio
     if value is None:
         return ""
     if not isinstance(value, str):
-        found.add(f"{path}.{key}", f"must be a string, got {_json_kind(value)}")
+        found.add(f"{path}.{key}", f"must be a string, got {json_kind(value)}")
         return ""
     return value
 
@@ -314,7 +286,7 @@ def _json_bool(element: Mapping[str, Any], key: str, path: str, found: BoundedVi
     if value is None:
         return False
     if not isinstance(value, bool):
-        found.add(f"{path}.{key}", f"must be true or false, got {_json_kind(value)}")
+        found.add(f"{path}.{key}", f"must be true or false, got {json_kind(value)}")
         return False
     return value
 

@@ -6,15 +6,15 @@ the device plugin writes; a node without it simply has no HAMi devices.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from accounting import hami_codec
+from accounting.annotations import NODE_REGISTER_ANNOTATION
 from accounting.errors import InvalidInputError
 from accounting.model import Device
-from accounting.validate import BoundedViolations, quote
+from accounting.validate import BoundedViolations, json_object, quote
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,16 +31,7 @@ def parse_node_json(raw: bytes | str, *, path: str = "kubernetes_node_json") -> 
     Raises:
         InvalidInputError: not a JSON object, or any problem ``parse_node`` finds.
     """
-    try:
-        document: object = json.loads(raw)
-    except ValueError as error:  # UnicodeDecodeError included
-        raise InvalidInputError.single(path, f"not valid JSON ({error})") from None
-    except RecursionError:
-        # json.loads recurses per nesting level; hostile input can nest deeper than the stack.
-        raise InvalidInputError.single(path, "not valid JSON (nested too deeply)") from None
-    if not isinstance(document, dict):
-        raise InvalidInputError.single(path, "must be a JSON object")
-    return parse_node(document, path=path)
+    return parse_node(json_object(raw, path), path=path)
 
 
 def parse_node(obj: Mapping[str, Any], *, path: str = "") -> NodeRegistration:
@@ -61,11 +52,11 @@ def parse_node(obj: Mapping[str, Any], *, path: str = "") -> NodeRegistration:
         name = ""
     annotations = metadata.get("annotations")
     devices: tuple[Device, ...] = ()
-    annotation_path = f"{prefix}metadata.annotations[{quote(hami_codec.NODE_REGISTER_ANNOTATION)}]"
+    annotation_path = f"{prefix}metadata.annotations[{quote(NODE_REGISTER_ANNOTATION)}]"
     if annotations is not None and not isinstance(annotations, dict):
         found.add(f"{prefix}metadata.annotations", "must be an object")
     elif annotations:
-        value = annotations.get(hami_codec.NODE_REGISTER_ANNOTATION)
+        value = annotations.get(NODE_REGISTER_ANNOTATION)
         if isinstance(value, str):
             try:
                 devices = hami_codec.decode_node_register(value, path=annotation_path)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accounting import hami_codec
+from accounting.annotations import DEVICES_ALLOCATED_ANNOTATION, VGPU_NODE_ANNOTATION
 from accounting.errors import InvalidInputError
 from accounting.model import (
     NVIDIA_RESOURCES,
@@ -35,19 +36,20 @@ from accounting.model import (
     PodPhase,
     VendorResources,
 )
+from accounting.pod import EXCLUSIVE_CORE_PERCENT, WHOLE_CARD_PERCENT, classify_init_container
 from accounting.validate import (
     INT32_MAX,
     INT32_MIN,
     MAX_CONTAINERS,
     MAX_STATUSES,
     BoundedViolations,
+    json_kind,
+    json_object,
     quote,
 )
 
 DEFAULT_NAMESPACE = "default"
 """What kubectl and the API server assume when a pod names no namespace."""
-SIDECAR_RESTART_POLICY = "Always"
-EXCLUSIVE_CORE_PERCENT = 100
 
 _INT64_MAX = 2**63 - 1
 
@@ -77,16 +79,7 @@ def parse_pod_json(
         InvalidInputError: not JSON or not an object (path ``kubernetes_pod_json``), or any
             problem ``parse_pod`` finds, under ``kubernetes_pod_json.``.
     """
-    try:
-        document: object = json.loads(raw)
-    except ValueError as error:  # UnicodeDecodeError included
-        raise InvalidInputError.single(path, f"not valid JSON ({error})") from None
-    except RecursionError:
-        # json.loads recurses per nesting level; hostile input can nest deeper than the stack.
-        raise InvalidInputError.single(path, "not valid JSON (nested too deeply)") from None
-    if not isinstance(document, dict):
-        raise InvalidInputError.single(path, f"must be a JSON object, got {_kind(document)}")
-    return parse_pod(document, vendors, path=path)
+    return parse_pod(json_object(raw, path), vendors, path=path)
 
 
 def parse_pod(
@@ -142,7 +135,7 @@ class _Reader:
         if value is None:
             return {}
         if not isinstance(value, dict):
-            self.add(path, f"must be an object, got {_kind(value)}")
+            self.add(path, f"must be an object, got {json_kind(value)}")
             return {}
         return value
 
@@ -151,7 +144,7 @@ class _Reader:
         if value is None:
             return []
         if not isinstance(value, list):
-            self.add(path, f"must be an array, got {_kind(value)}")
+            self.add(path, f"must be an array, got {json_kind(value)}")
             return []
         if len(value) > limit:
             self.add(path, f"at most {limit} entries, got {len(value)}")
@@ -163,7 +156,7 @@ class _Reader:
         if value is None:
             return ""
         if not isinstance(value, str):
-            self.add(path, f"must be a string, got {_kind(value)}")
+            self.add(path, f"must be a string, got {json_kind(value)}")
             return ""
         return value
 
@@ -196,7 +189,7 @@ class _Reader:
         annotations = self.annotations(metadata)
         containers = self.containers(spec, vendors, annotations)
 
-        node_name = annotations.get(hami_codec.VGPU_NODE_ANNOTATION) or self.string(
+        node_name = annotations.get(VGPU_NODE_ANNOTATION) or self.string(
             spec, "nodeName", "spec.nodeName"
         )
         return Pod(
@@ -224,7 +217,8 @@ class _Reader:
                 annotations[key] = value
             else:
                 self.add(
-                    f"metadata.annotations[{quote(key)}]", f"must be a string, got {_kind(value)}"
+                    f"metadata.annotations[{quote(key)}]",
+                    f"must be a string, got {json_kind(value)}",
                 )
         return annotations
 
@@ -261,7 +255,7 @@ class _Reader:
         first_path: dict[str, str] = {}
         for position, (path, item, is_init) in enumerate(located):
             if not isinstance(item, dict):
-                self.add(path, f"must be an object, got {_kind(item)}")
+                self.add(path, f"must be an object, got {json_kind(item)}")
                 item = {}
             name = self.required_string(item, "name", f"{path}.name")
             first = first_path.setdefault(name, f"{path}.name")
@@ -282,20 +276,17 @@ class _Reader:
     def container_class(self, item: Mapping[str, Any], path: str, is_init: bool) -> ContainerClass:
         if not is_init:
             return ContainerClass.APP
-        policy = self.string(item, "restartPolicy", f"{path}.restartPolicy")
-        # Only Always makes a sidecar; anything else (absent, or a value the API server would
-        # have refused) leaves the regular run-to-completion init container, as in HAMi #2723.
-        if policy == SIDECAR_RESTART_POLICY:
-            return ContainerClass.SIDECAR
-        return ContainerClass.INIT
+        return classify_init_container(
+            self.string(item, "restartPolicy", f"{path}.restartPolicy") or None
+        )
 
     def grants(
         self, annotations: Mapping[str, str], container_count: int
     ) -> tuple[tuple[DeviceGrant, ...], ...]:
-        value = annotations.get(hami_codec.DEVICES_ALLOCATED_ANNOTATION)
+        value = annotations.get(DEVICES_ALLOCATED_ANNOTATION)
         if value is None:
             return ((),) * container_count
-        path = f"metadata.annotations[{quote(hami_codec.DEVICES_ALLOCATED_ANNOTATION)}]"
+        path = f"metadata.annotations[{quote(DEVICES_ALLOCATED_ANNOTATION)}]"
         try:
             return hami_codec.decode_container_grants(value, container_count, path=self.at(path))
         except InvalidInputError as error:
@@ -357,12 +348,16 @@ class _Reader:
 
         memory_percent = 0
         if percentage.integer is not None and percentage.integer > 0:
-            memory_percent = min(percentage.integer, 100)
+            memory_percent = min(percentage.integer, WHOLE_CARD_PERCENT)
+        memory_from_default = False
         if memory_percent == 0 and memory_mib == 0:
+            # HAMi's GenerateResourceRequests: nothing sizes the card, so the vendor's default
+            # memory, else the whole card (size_request reads the request the same way).
             if vendor.default_memory_mib:
                 memory_mib = vendor.default_memory_mib
+                memory_from_default = True
             else:
-                memory_percent = 100
+                memory_percent = WHOLE_CARD_PERCENT
 
         # The webhook's exclusive default: a bare count, or a whole card by percentage, is the
         # whole device, so it also takes every core (no other pod may share it).
@@ -385,6 +380,7 @@ class _Reader:
             memory_mib=memory_mib,
             memory_percent=memory_percent,
             core_percent=core_percent,
+            memory_from_default=memory_from_default,
         )
 
     def resource(
@@ -421,7 +417,7 @@ class _Reader:
         for index, item in enumerate(self.items(status, key, path, MAX_STATUSES)):
             item_path = f"{path}[{index}]"
             if not isinstance(item, dict):
-                self.add(item_path, f"must be an object, got {_kind(item)}")
+                self.add(item_path, f"must be an object, got {json_kind(item)}")
                 continue
             name = self.required_string(item, "name", f"{item_path}.name")
             state, exit_code = self.state(item, item_path)
@@ -462,7 +458,7 @@ def parse_quantity(value: object) -> decimal.Decimal:
         ValueError: the value is not a Kubernetes quantity.
     """
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValueError(f"must be a Kubernetes quantity, got {_kind(value)}")
+        raise ValueError(f"must be a Kubernetes quantity, got {json_kind(value)}")
     text = value if isinstance(value, str) else repr(value)
     match = _QUANTITY.fullmatch(text) if len(text) <= _MAX_QUANTITY_CHARS else None
     if match is None:
@@ -489,17 +485,3 @@ def quantity_as_int64(quantity: decimal.Decimal) -> int | None:
     if abs(quantity) > _INT64_MAX or quantity != quantity.to_integral_value():
         return None
     return int(quantity)
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    return "a number"

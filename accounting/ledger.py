@@ -32,6 +32,8 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from accounting import reasons
+from accounting.amount import ZERO, Amount, Dimension
 from accounting.errors import InvalidInputError, Violations
 from accounting.lifecycle import Decision, StoredPod, decide
 from accounting.model import (
@@ -44,7 +46,7 @@ from accounting.model import (
     VendorResources,
 )
 from accounting.pod import effective_usage
-from accounting.quota import check_usage
+from accounting.quota import check_usage, held_quantities
 
 DEFAULT_MAX_TOMBSTONES = 100_000
 """Forgotten uids remembered (the most recent ones); see the module docstring for the bound."""
@@ -113,15 +115,15 @@ class ReserveOutcome:
 
 
 class ReserveReason:
-    """Stable reason codes of Reserve (capacity and unknown-device codes; quota codes come
-    from accounting.quota.QuotaReason)."""
+    """Reserve's reason codes, by name (spelled in accounting.reasons; quota codes come from
+    accounting.quota.QuotaReason)."""
 
-    RESERVED = "Reserved"
-    INSUFFICIENT_MEMORY = "CardInsufficientMemory"
-    INSUFFICIENT_CORE = "CardInsufficientCore"
-    SLOTS_EXHAUSTED = "CardTimeSlicingExhausted"
-    NO_GRANTS = "NoGrants"
-    POD_FORGOTTEN = "PodForgotten"
+    RESERVED = reasons.RESERVED
+    INSUFFICIENT_MEMORY = reasons.CARD_INSUFFICIENT_MEMORY
+    INSUFFICIENT_CORE = reasons.CARD_INSUFFICIENT_CORE
+    SLOTS_EXHAUSTED = reasons.CARD_TIME_SLICING_EXHAUSTED
+    NO_GRANTS = reasons.NO_GRANTS
+    POD_FORGOTTEN = reasons.POD_FORGOTTEN
 
 
 class Ledger:
@@ -146,8 +148,8 @@ class Ledger:
         self._tombstones: dict[str, bool] = {}
         self._tombstone_order: collections.deque[str] = collections.deque()
         self.max_tombstones = max_tombstones
-        # node -> uuid -> [memory_mib, core_percent, slots]
-        self._node_used: dict[str, dict[str, list[int]]] = {}
+        # node -> uuid -> what is charged on the device
+        self._node_used: dict[str, dict[str, Amount]] = {}
         # namespace -> resource -> used
         self._namespace_used: dict[str, dict[str, int]] = {}
         # namespace -> resource -> limit (absent = no limit)
@@ -182,7 +184,8 @@ class Ledger:
             return None
         used = self._node_used.get(node_name, {})
         return tuple(
-            DeviceState(d, *used[d.uuid]) if d.uuid in used else DeviceState(d) for d in devices
+            DeviceState(d, *used[d.uuid].as_tuple()) if d.uuid in used else DeviceState(d)
+            for d in devices
         )
 
     def node_pod_uids(self, node_name: str) -> tuple[str, ...]:
@@ -195,15 +198,12 @@ class Ledger:
 
     def node_usage(self, node_name: str) -> dict[str, tuple[int, int, int]]:
         """uuid -> (memory_mib, core_percent, slots) charged on a node, registered or not."""
-        return {uuid: (v[0], v[1], v[2]) for uuid, v in self._node_used.get(node_name, {}).items()}
+        return {uuid: a.as_tuple() for uuid, a in self._node_used.get(node_name, {}).items()}
 
     def node_totals(self, node_name: str) -> tuple[int, int]:
         """(memory_mib, core_percent) charged on a node over all its devices."""
-        memory = cores = 0
-        for vector in self._node_used.get(node_name, {}).values():
-            memory += vector[0]
-            cores += vector[1]
-        return memory, cores
+        total = Amount.total(self._node_used.get(node_name, {}).values())
+        return total.memory_mib, total.core_percent
 
     def is_forgotten(self, uid: str) -> bool:
         """True when the uid has a tombstone (it was forgotten and is still remembered)."""
@@ -271,17 +271,12 @@ class Ledger:
             return ()
         # Only the pod's own devices, in inventory order; runs on every recorded change.
         mine = {u.uuid for u in stored.usage}
-        over = []
-        for device in devices:
-            if device.uuid in mine:
-                vector = used.get(device.uuid)
-                if vector is not None and (
-                    vector[0] > device.memory_total_mib
-                    or vector[1] > device.cores_total
-                    or vector[2] > device.slots_total
-                ):
-                    over.append(device.uuid)
-        return tuple(over)
+        return tuple(
+            device.uuid
+            for device in devices
+            if device.uuid in mine
+            and not used.get(device.uuid, ZERO).fits_in(device.capacity)
+        )
 
     def forget(self, uid: str) -> LedgerChange:
         """Releases exactly what is stored for a pod (shrunk or not), forgets it, and writes
@@ -357,10 +352,7 @@ class Ledger:
         """
         if self._pods:
             raise ValueError("restore_all needs an empty ledger; use restore() per pod")
-        memory_resources = {
-            v.vendor: (v.memory_resource, v.core_resource, v.count_resource)
-            for v in self._vendors.values()
-        }
+        vendors = tuple(self._vendors.values())
         node_used = self._node_used
         namespace_used = self._namespace_used
         node_pods = self._node_pods
@@ -400,25 +392,18 @@ class Ledger:
             if namespace is None:
                 namespace = namespace_used[stored.namespace] = {}
             for entry in stored.usage:
-                vector = node.get(entry.uuid)
-                if vector is None:
-                    node[entry.uuid] = [entry.memory_mib, entry.core_percent, entry.slots]
-                else:
-                    vector[0] += entry.memory_mib
-                    vector[1] += entry.core_percent
-                    vector[2] += entry.slots
-                names = memory_resources.get(entry.device_type)
-                if names is not None:
-                    namespace[names[0]] = namespace.get(names[0], 0) + entry.memory_mib
-                    namespace[names[1]] = namespace.get(names[1], 0) + entry.core_percent
-                    namespace[names[2]] = namespace.get(names[2], 0) + 1
+                held = node.get(entry.uuid)
+                node[entry.uuid] = entry.amount if held is None else held + entry.amount
+            for vendor in vendors:
+                for resource, quantity in held_quantities(stored.usage, vendor):
+                    namespace[resource] = namespace.get(resource, 0) + quantity
         for uids in node_pods.values():
             uids.sort()
         # Keep the invariant of _add_to_totals: no zero entries.
         for node_name in [n for n, used in node_used.items() if not used]:
             del node_used[node_name]
         for used in node_used.values():
-            for uuid in [u for u, v in used.items() if v == [0, 0, 0]]:
+            for uuid in [u for u, amount in used.items() if not amount]:
                 del used[uuid]
         for namespace_name, totals in list(namespace_used.items()):
             for resource in [r for r, v in totals.items() if v == 0]:
@@ -528,34 +513,18 @@ class Ledger:
         by_uuid = {d.uuid: d for d in devices}
         used = self._node_used.get(node_name, {})
         mine = (
-            {u.uuid: u for u in previous.usage}
+            {u.uuid: u.amount for u in previous.usage}
             if previous and previous.node_name == node_name
             else {}
         )
         for entry in usage:
-            device = by_uuid[entry.uuid]
-            held = used.get(entry.uuid, [0, 0, 0])
-            own = mine.get(entry.uuid)
-            memory = held[0] - (own.memory_mib if own else 0)
-            cores = held[1] - (own.core_percent if own else 0)
-            slots = held[2] - (own.slots if own else 0)
-            if memory + entry.memory_mib > device.memory_total_mib:
-                return (
-                    ReserveReason.INSUFFICIENT_MEMORY,
-                    f"device {entry.uuid} on {node_name}: {entry.memory_mib} MiB requested, "
-                    f"{memory} MiB used of {device.memory_total_mib} MiB",
-                )
-            if cores + entry.core_percent > device.cores_total:
-                return (
-                    ReserveReason.INSUFFICIENT_CORE,
-                    f"device {entry.uuid} on {node_name}: {entry.core_percent}% cores requested, "
-                    f"{cores}% used of {device.cores_total}%",
-                )
-            if slots + entry.slots > device.slots_total:
-                return (
-                    ReserveReason.SLOTS_EXHAUSTED,
-                    f"device {entry.uuid} on {node_name}: {entry.slots} slots requested, "
-                    f"{slots} used of {device.slots_total}",
+            capacity = by_uuid[entry.uuid].capacity
+            # A re-filter replaces the pod's own reservation: it does not count against itself.
+            others = used.get(entry.uuid, ZERO) - mine.get(entry.uuid, ZERO)
+            short = reasons.card_shortfall(entry.amount, capacity - others)
+            if short is not None:
+                return reasons.CARD_CAPACITY_REASON[short], _shortfall_message(
+                    entry, node_name, short, others, capacity
                 )
         return None
 
@@ -565,16 +534,11 @@ class Ledger:
         items = self.namespace_items(namespace)
         if previous is not None and previous.namespace == namespace:
             for vendor in self._vendors.values():
-                memory, cores, count = _vendor_totals(previous.usage, vendor)
-                for resource, amount in (
-                    (vendor.memory_resource, memory),
-                    (vendor.core_resource, cores),
-                    (vendor.count_resource, count),
-                ):
+                for resource, quantity in held_quantities(previous.usage, vendor):
                     if resource in items:
                         item = items[resource]
                         items[resource] = QuotaItem(
-                            resource, item.used - amount, item.limit, item.limit_set
+                            resource, item.used - quantity, item.limit, item.limit_set
                         )
         for vendor in self._vendors.values():
             decision = check_usage(namespace, usage, items, vendor)
@@ -617,41 +581,42 @@ class Ledger:
     def _add_to_totals(self, stored: StoredPod, sign: int) -> None:
         node = self._node_used.setdefault(stored.node_name, {})
         for entry in stored.usage:
-            vector = node.setdefault(entry.uuid, [0, 0, 0])
-            vector[0] += sign * entry.memory_mib
-            vector[1] += sign * entry.core_percent
-            vector[2] += sign * entry.slots
-            if vector == [0, 0, 0]:
+            held = node.get(entry.uuid, ZERO)
+            total = held + entry.amount if sign > 0 else held - entry.amount
+            if total:
+                node[entry.uuid] = total
+            else:
                 del node[entry.uuid]
         if not node:
             del self._node_used[stored.node_name]
         namespace = self._namespace_used.setdefault(stored.namespace, {})
         for vendor in self._vendors.values():
-            memory, cores, count = _vendor_totals(stored.usage, vendor)
-            if count == 0:
-                continue
-            for resource, amount in (
-                (vendor.memory_resource, memory),
-                (vendor.core_resource, cores),
-                (vendor.count_resource, count),
-            ):
-                total = namespace.get(resource, 0) + sign * amount
-                if total:
-                    namespace[resource] = total
+            for resource, quantity in held_quantities(stored.usage, vendor):
+                count = namespace.get(resource, 0) + sign * quantity
+                if count:
+                    namespace[resource] = count
                 else:
                     namespace.pop(resource, None)
         if not namespace:
             del self._namespace_used[stored.namespace]
 
 
-def _vendor_totals(usage: Iterable[DeviceUsage], vendor: VendorResources) -> tuple[int, int, int]:
-    memory = cores = count = 0
-    for entry in usage:
-        if entry.device_type == vendor.vendor:
-            memory += entry.memory_mib
-            cores += entry.core_percent
-            count += 1
-    return memory, cores, count
+def _shortfall_message(
+    entry: DeviceUsage, node_name: str, short: Dimension, others: Amount, capacity: Amount
+) -> str:
+    """The sentence of a capacity refusal, with the numbers of the short dimension."""
+    where = f"device {entry.uuid} on {node_name}"
+    if short is Dimension.MEMORY:
+        return (
+            f"{where}: {entry.memory_mib} MiB requested, "
+            f"{others.memory_mib} MiB used of {capacity.memory_mib} MiB"
+        )
+    if short is Dimension.CORES:
+        return (
+            f"{where}: {entry.core_percent}% cores requested, "
+            f"{others.core_percent}% used of {capacity.core_percent}%"
+        )
+    return f"{where}: {entry.slots} slots requested, {others.slots} used of {capacity.slots}"
 
 
 def _interned(stored: StoredPod) -> StoredPod:

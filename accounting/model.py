@@ -13,11 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-# Vendor keyword HAMi writes into hami.io/vgpu-devices-allocated for NVIDIA devices.
-NVIDIA = "NVIDIA"
+from accounting.amount import Amount
 
-# Pod annotation that carries a pod's W3C trace context from the quota check onwards.
-TRACEPARENT_ANNOTATION = "hami.io/traceparent"
+# Re-exported: the annotation is read from pods everywhere the model is.
+from accounting.annotations import TRACEPARENT_ANNOTATION as TRACEPARENT_ANNOTATION
+
+NVIDIA = "NVIDIA"
+"""Vendor keyword HAMi writes into hami.io/vgpu-devices-allocated for NVIDIA devices."""
+DEFAULT_DEVICE_MODE = "hami-core"
+"""A device's sharing mode when its registration names none (HAMi's default)."""
 
 
 class ContainerClass(enum.Enum):
@@ -71,20 +75,6 @@ class VendorResources:
     default_core_percent: int = 0
     default_gpu_count: int = 1
 
-    @property
-    def quota_memory_key(self) -> str:
-        """The ResourceQuota key HAMi reads for this vendor's memory."""
-        return f"limits.{self.memory_resource}"
-
-    @property
-    def quota_core_key(self) -> str:
-        """The ResourceQuota key HAMi reads for this vendor's cores."""
-        return f"limits.{self.core_resource}"
-
-    @property
-    def quota_count_key(self) -> str:
-        """The ResourceQuota key for this vendor's device count (our extension)."""
-        return f"limits.{self.count_resource}"
 
 
 NVIDIA_RESOURCES = VendorResources()
@@ -103,6 +93,10 @@ class DeviceRequest:
     """Memory per device as a percentage of the chosen card, 1..100; 0 means not set."""
     core_percent: int = 0
     """Compute per device, percent."""
+    memory_from_default: bool = field(default=False, compare=False)
+    """``memory_mib`` is the vendor's default memory, filled in by the pod parser because
+    nothing in the container sized the card (HAMi does not multiply a default by the memory
+    factor). Left out of equality: the request is the same request either way."""
 
     @property
     def memory_sized_at_scheduling(self) -> bool:
@@ -127,6 +121,11 @@ class DeviceGrant:
         """How many slots the grant occupies: a raw grant (0) still takes one."""
         return max(self.slots, 1)
 
+    @property
+    def amount(self) -> Amount:
+        """What the grant takes on its device."""
+        return Amount(self.memory_mib, self.core_percent, self.slot_weight)
+
 
 @dataclass(frozen=True, slots=True)
 class DeviceUsage:
@@ -137,6 +136,11 @@ class DeviceUsage:
     memory_mib: int
     core_percent: int
     slots: int
+
+    @property
+    def amount(self) -> Amount:
+        """What is charged on the device."""
+        return Amount(self.memory_mib, self.core_percent, self.slots)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,9 +217,14 @@ class Device:
     memory_total_mib: int
     cores_total: int
     numa: int = 0
-    mode: str = "hami-core"
+    mode: str = DEFAULT_DEVICE_MODE
     healthy: bool = True
     vendor: str = NVIDIA
+
+    @property
+    def capacity(self) -> Amount:
+        """Everything the device offers: its memory, compute and sharing slots."""
+        return Amount(self.memory_total_mib, self.cores_total, self.slots_total)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +235,11 @@ class DeviceState:
     memory_used_mib: int = 0
     cores_used: int = 0
     slots_used: int = 0
+
+    @property
+    def used(self) -> Amount:
+        """What is charged on the device now."""
+        return Amount(self.memory_used_mib, self.cores_used, self.slots_used)
 
     @property
     def memory_free_mib(self) -> int:

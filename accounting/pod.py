@@ -1,13 +1,14 @@
-"""Pod-level formulas: container classes, per-device effective and steady-state usage, and the
-pod's effective request per vendor.
+"""Pod-level formulas: container classes, how a request is sized, per-device effective and
+steady-state usage, and the pod's effective request per vendor.
 
-Layer: accounting (pure). This module holds the one implementation of the ordering-aware
-formula of KEP-753 (Kubernetes' component-helpers PodRequests) that HAMi applies per device
-UUID since PR #2723. Per device UUID and per dimension (memory MiB, core percent, slots):
+Layer: accounting (pure). Every figure here is ``accounting.fold.phases`` over one view of the
+pod's containers:
 
-    steady     = Σ sidecars + Σ apps
-    init_peak  = max over regular init containers i of (usage_i + Σ sidecars declared before i)
-    effective  = max(init_peak, steady)                  (a missing entry counts as 0)
+* on grants, keyed by device UUID: what a container holds on each card (two grants on one UUID
+  add up: the container really holds both; HAMi takes the max there). The stored usage, the
+  progressive release and the fit's merged usage are this view;
+* on requests, keyed by vendor: each container's request sized by the vendor's policy
+  (``device_demand``), one slot per device asked for. The admission check is this view.
 
 Each dimension is maximised independently, so the memory peak and the core peak may come from
 different phases: the result is a conservative envelope, not the usage at any one instant.
@@ -18,73 +19,144 @@ has at least one slot (HAMi #2623).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from accounting.amount import ZERO, Amount
+from accounting.fold import Phases, phases
 from accounting.model import (
     NVIDIA_RESOURCES,
     Container,
     ContainerClass,
+    DeviceRequest,
     DeviceUsage,
     Pod,
     VendorResources,
 )
 
 SIDECAR_RESTART_POLICY = "Always"
+"""The restartPolicy that makes an entry of spec.initContainers a sidecar."""
+WHOLE_CARD_PERCENT = 100
+"""A share of 100 percent is the whole card."""
+MAX_CORE_PERCENT = 100
+"""Compute of one device; a larger request is read as this (HAMi clamps it)."""
+EXCLUSIVE_CORE_PERCENT = MAX_CORE_PERCENT
+"""Every core of a card: a request for them asks for the card alone (HAMi's exclusive use; its
+webhook also writes them for a bare count or a whole card by percentage)."""
 
 
 def classify_init_container(restart_policy: str | None) -> ContainerClass:
     """Classifies an entry of spec.initContainers: restartPolicy Always makes it a sidecar.
 
     Any other value, or none, is a regular init container (KEP-753; a missing field keeps the
-    pre-sidecar behaviour exactly).
+    pre-sidecar behaviour exactly, and a value the API server would have refused is read as
+    the run-to-completion default, as in HAMi #2723).
     """
     return (
         ContainerClass.SIDECAR if restart_policy == SIDECAR_RESTART_POLICY else ContainerClass.INIT
     )
 
 
-@dataclass(slots=True)
-class _Vector:
-    """A mutable (memory, cores, slots) accumulator; private to the formulas below."""
-
-    memory_mib: int = 0
-    core_percent: int = 0
-    slots: int = 0
-
-    def plus(self, other: _Vector) -> _Vector:
-        return _Vector(
-            self.memory_mib + other.memory_mib,
-            self.core_percent + other.core_percent,
-            self.slots + other.slots,
-        )
-
-    def max_with(self, other: _Vector) -> None:
-        self.memory_mib = max(self.memory_mib, other.memory_mib)
-        self.core_percent = max(self.core_percent, other.core_percent)
-        self.slots = max(self.slots, other.slots)
+# -- requests: how much of each device ---------------------------------------------------------
 
 
-def _container_usage(container: Container) -> dict[str, _Vector]:
-    """A container's own usage per UUID. Two grants on one UUID (MIG instances) add up: the
-    container really holds both (HAMi takes the max there, its known gap §9.2.8)."""
-    usage: dict[str, _Vector] = {}
+@dataclass(frozen=True, slots=True)
+class DeviceDemand:
+    """What one container asks of each device it gets, for one vendor, with the vendor's policy
+    applied (HAMi's ContainerDeviceRequest after GenerateResourceRequests)."""
+
+    count: int
+    """Devices asked for; each is one slot on a distinct card."""
+    memory_mib: int | None
+    """Fixed memory per device, MiB, memory factor applied; None when the memory is a share of
+    the chosen card."""
+    memory_percent: int
+    """The share of the chosen card, 1..100, when ``memory_mib`` is None."""
+    core_percent: int
+    """Compute per device, percent, at most 100."""
+
+    @property
+    def sized_at_scheduling(self) -> bool:
+        """True when the memory is a share of a card, known only once a card is chosen."""
+        return self.memory_mib is None
+
+    def on_card(self, memory_total_mib: int) -> Amount:
+        """What one of the devices takes on a card of ``memory_total_mib``: its memory (a share
+        is HAMi's integer Totalmem × percentage / 100), its cores and one slot."""
+        memory_mib = self.memory_mib
+        if memory_mib is None:
+            memory_mib = memory_total_mib * self.memory_percent // 100
+        return Amount(memory_mib, self.core_percent, 1)
+
+    @property
+    def per_pod(self) -> Amount:
+        """Every device together, as a namespace quota counts it: count × memory (0 for a share,
+        which admission cannot size), count × cores, one slot per device."""
+        count = self.count
+        return Amount(count * (self.memory_mib or 0), count * self.core_percent, count)
+
+
+def size_request(request: DeviceRequest, vendor: VendorResources) -> DeviceDemand:
+    """Sizes one request with the vendor's policy, the one rule for every reader of requests.
+
+    Memory written in MiB is multiplied by the memory factor; memory given as a percentage is
+    a share of the card; with neither, the vendor's default memory (HAMi does not multiply a
+    default by the factor) or, without a default, the whole card.
+    """
+    factor = max(vendor.memory_factor, 1)
+    memory_mib: int | None = None
+    memory_percent = 0
+    if request.memory_mib > 0:
+        memory_mib = request.memory_mib * (1 if request.memory_from_default else factor)
+    elif request.memory_percent > 0:
+        memory_percent = min(request.memory_percent, WHOLE_CARD_PERCENT)
+    elif vendor.default_memory_mib > 0:
+        memory_mib = vendor.default_memory_mib
+    else:
+        memory_percent = WHOLE_CARD_PERCENT
+    return DeviceDemand(
+        request.count, memory_mib, memory_percent, min(request.core_percent, MAX_CORE_PERCENT)
+    )
+
+
+def device_demand(container: Container, vendor: VendorResources) -> DeviceDemand | None:
+    """The container's sized request for ``vendor``, or None when it asks for none of its
+    devices (only one request per vendor is valid; the first with a count is the one)."""
+    for request in container.requests:
+        if request.vendor == vendor.vendor and request.count > 0:
+            return size_request(request, vendor)
+    return None
+
+
+# -- grants: per device UUID -------------------------------------------------------------------
+
+
+def grant_amounts(container: Container) -> dict[str, Amount]:
+    """A container's own usage per device UUID. Two grants on one UUID (MIG instances) add up:
+    the container really holds both (HAMi takes the max there)."""
+    amounts: dict[str, Amount] = {}
     for grant in container.grants:
-        vector = usage.setdefault(grant.uuid, _Vector())
-        vector.memory_mib += grant.memory_mib
-        vector.core_percent += grant.core_percent
-        vector.slots += grant.slot_weight
-    return usage
+        held = amounts.get(grant.uuid, ZERO)
+        amounts[grant.uuid] = held + grant.amount
+    return amounts
+
+
+def grant_phases(containers: Sequence[Container]) -> Phases[str]:
+    """Every phase of the formula on the containers' grants, per device UUID."""
+    return phases(containers, grant_amounts)
 
 
 def _device_types(containers: Iterable[Container]) -> dict[str, str]:
     return {grant.uuid: grant.device_type for c in containers for grant in c.grants}
 
 
-def _to_usage(vectors: dict[str, _Vector], device_types: dict[str, str]) -> tuple[DeviceUsage, ...]:
+def _to_usage(
+    amounts: Mapping[str, Amount], device_types: Mapping[str, str]
+) -> tuple[DeviceUsage, ...]:
+    # Every collapsed entry holds at least one slot (HAMi #2623).
     return tuple(
-        DeviceUsage(uuid, device_types[uuid], v.memory_mib, v.core_percent, max(v.slots, 1))
-        for uuid, v in sorted(vectors.items())
+        DeviceUsage(uuid, device_types[uuid], a.memory_mib, a.core_percent, max(a.slots, 1))
+        for uuid, a in sorted(amounts.items())
     )
 
 
@@ -102,47 +174,20 @@ class UsagePhases:
 
 
 def usage_phases(containers: Sequence[Container]) -> UsagePhases:
-    """Walks containers in declaration order once and returns every phase of the formula."""
-    sidecars_so_far: dict[str, _Vector] = {}
-    apps: dict[str, _Vector] = {}
-    peak: dict[str, _Vector] = {}
-    init_points: list[tuple[int, dict[str, _Vector]]] = []
-    for position, container in enumerate(containers):
-        own = _container_usage(container)
-        if container.container_class is ContainerClass.SIDECAR:
-            for uuid, vector in own.items():
-                sidecars_so_far[uuid] = sidecars_so_far.get(uuid, _Vector()).plus(vector)
-                # A sidecar running alone is also an init-phase point; it never exceeds steady.
-                peak.setdefault(uuid, _Vector()).max_with(sidecars_so_far[uuid])
-        elif container.container_class is ContainerClass.INIT:
-            point = {uuid: vector.plus(_Vector()) for uuid, vector in sidecars_so_far.items()}
-            for uuid, vector in own.items():
-                point[uuid] = point.get(uuid, _Vector()).plus(vector)
-                peak.setdefault(uuid, _Vector()).max_with(point[uuid])
-            init_points.append((position, point))
-        else:
-            for uuid, vector in own.items():
-                apps[uuid] = apps.get(uuid, _Vector()).plus(vector)
-
-    steady: dict[str, _Vector] = {uuid: v.plus(_Vector()) for uuid, v in sidecars_so_far.items()}
-    for uuid, vector in apps.items():
-        steady[uuid] = steady.get(uuid, _Vector()).plus(vector)
-    effective: dict[str, _Vector] = {uuid: v.plus(_Vector()) for uuid, v in steady.items()}
-    for uuid, vector in peak.items():
-        effective.setdefault(uuid, _Vector()).max_with(vector)
-
+    """``grant_phases`` as stored usage, sorted by UUID."""
+    walked = grant_phases(containers)
     types = _device_types(containers)
     return UsagePhases(
-        steady=_to_usage(steady, types),
-        init_points=tuple((pos, _to_usage(point, types)) for pos, point in init_points),
-        effective=_to_usage(effective, types),
+        steady=_to_usage(walked.steady, types),
+        init_points=tuple((p.position, _to_usage(p.running, types)) for p in walked.init_points),
+        effective=_to_usage(walked.effective, types),
     )
 
 
 def collapse_grants(containers: Sequence[Container]) -> tuple[DeviceUsage, ...]:
     """Effective usage per device UUID of containers with grants (HAMi's
     CollapseInitContainerUsage after #2723), sorted by UUID."""
-    return usage_phases(containers).effective
+    return _to_usage(grant_phases(containers).effective, _device_types(containers))
 
 
 def effective_usage(pod: Pod) -> tuple[DeviceUsage, ...]:
@@ -153,31 +198,27 @@ def effective_usage(pod: Pod) -> tuple[DeviceUsage, ...]:
 def steady_state_usage(pod: Pod) -> tuple[DeviceUsage, ...]:
     """Sidecars plus app containers per device UUID: what the pod holds once its regular init
     containers have finished (HAMi's SteadyStateDeviceUsage)."""
-    return usage_phases(pod.containers).steady
+    return _to_usage(grant_phases(pod.containers).steady, _device_types(pod.containers))
 
 
 def remaining_usage(pod: Pod, first_unfinished_init_position: int) -> tuple[DeviceUsage, ...]:
     """Usage once the regular init containers before a position have finished: the envelope of
     the init points from that position on and the steady state (progressive release)."""
-    phases = usage_phases(pod.containers)
-    remaining: dict[str, DeviceUsage] = {u.uuid: u for u in phases.steady}
-    for position, point in phases.init_points:
-        if position < first_unfinished_init_position:
-            continue
-        for usage in point:
-            held = remaining.get(usage.uuid)
-            remaining[usage.uuid] = (
-                usage
-                if held is None
-                else DeviceUsage(
-                    usage.uuid,
-                    usage.device_type,
-                    max(held.memory_mib, usage.memory_mib),
-                    max(held.core_percent, usage.core_percent),
-                    max(held.slots, usage.slots),
-                )
-            )
-    return tuple(remaining[uuid] for uuid in sorted(remaining))
+    walked = grant_phases(pod.containers)
+    return _to_usage(
+        walked.remaining(first_unfinished_init_position), _device_types(pod.containers)
+    )
+
+
+def usage_totals(usage: Iterable[DeviceUsage]) -> tuple[int, int, int]:
+    """(memory MiB, core percent, devices) summed over per-UUID usage, as a namespace sees it:
+    a device counts once however many slots the pod holds on it."""
+    entries = tuple(usage)
+    total = Amount.total(entry.amount for entry in entries)
+    return total.memory_mib, total.core_percent, len(entries)
+
+
+# -- requests: per vendor ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,63 +243,25 @@ def effective_request(pod: Pod, vendor: VendorResources = NVIDIA_RESOURCES) -> E
     """The ordering-aware formula applied to requests, per dimension, for one vendor.
 
     A container's request contributes count, count × memory and count × cores (HAMi's
-    fitResourceQuota). The memory factor is applied once, to the effective value, which equals
-    HAMi's per-container multiplication because both sides are linear.
+    fitResourceQuota), each request sized by ``size_request``: the memory factor is applied
+    per container, which equals applying it once to the effective value (both are linear),
+    and a default memory is not multiplied, as in HAMi.
     """
-    # One (count, memory, cores) triple per running total; plain integers, not lists: this
-    # runs on every admission check and every Filter.
-    steady_count = steady_memory = steady_cores = 0
-    sidecar_count = sidecar_memory = sidecar_cores = 0  # sidecars declared so far
-    peak_count = peak_memory = peak_cores = 0
     sized_at_scheduling = False
-    for container in pod.containers:
-        count = memory = cores = 0
-        for request in container.requests:
-            if request.vendor != vendor.vendor or request.count <= 0:
-                continue
-            count += request.count
-            memory += request.count * request.memory_mib
-            cores += request.count * request.core_percent
-            sized_at_scheduling = sized_at_scheduling or request.memory_sized_at_scheduling
-        container_class = container.container_class
-        if container_class is ContainerClass.SIDECAR:
-            # Started in order and running from then on: part of every later init's peak and
-            # of the steady state.
-            sidecar_count += count
-            sidecar_memory += memory
-            sidecar_cores += cores
-            steady_count += count
-            steady_memory += memory
-            steady_cores += cores
-            peak_count = max(peak_count, sidecar_count)
-            peak_memory = max(peak_memory, sidecar_memory)
-            peak_cores = max(peak_cores, sidecar_cores)
-        elif container_class is ContainerClass.INIT:
-            # Runs alone beside the sidecars declared before it.
-            peak_count = max(peak_count, sidecar_count + count)
-            peak_memory = max(peak_memory, sidecar_memory + memory)
-            peak_cores = max(peak_cores, sidecar_cores + cores)
-        else:
-            steady_count += count
-            steady_memory += memory
-            steady_cores += cores
-    count = max(peak_count, steady_count)
-    memory_mib = max(peak_memory, steady_memory)
-    core_percent = max(peak_cores, steady_cores)
+
+    def own(container: Container) -> dict[str, Amount]:
+        nonlocal sized_at_scheduling
+        demand = device_demand(container, vendor)
+        if demand is None:
+            return {}
+        sized_at_scheduling = sized_at_scheduling or demand.sized_at_scheduling
+        return {vendor.vendor: demand.per_pod}
+
+    total = phases(pod.containers, own).effective.get(vendor.vendor, ZERO)
     return EffectiveRequest(
         vendor=vendor.vendor,
-        count=count,
-        memory_mib=memory_mib * max(vendor.memory_factor, 1),
-        core_percent=core_percent,
+        count=total.slots,
+        memory_mib=total.memory_mib,
+        core_percent=total.core_percent,
         memory_sized_at_scheduling=sized_at_scheduling,
     )
-
-
-def usage_totals(usage: Iterable[DeviceUsage]) -> tuple[int, int, int]:
-    """(memory MiB, core percent, devices) summed over per-UUID usage, as a namespace sees it."""
-    memory_mib = core_percent = devices = 0
-    for entry in usage:
-        memory_mib += entry.memory_mib
-        core_percent += entry.core_percent
-        devices += 1
-    return memory_mib, core_percent, devices

@@ -13,21 +13,22 @@ Layer: accounting (pure). A "no" is a value with a reason and the numbers, never
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from accounting import reasons
 from accounting.model import NVIDIA_RESOURCES, DeviceUsage, QuotaItem, VendorResources
 from accounting.pod import EffectiveRequest, usage_totals
 
 
 class QuotaReason(enum.Enum):
-    """Stable reason codes of a quota decision."""
+    """Stable reason codes of a quota decision (spelled in accounting.reasons)."""
 
-    FITS = "QuotaFits"
-    NO_GPU_REQUEST = "NoGpuRequest"
-    MEMORY_EXCEEDED = "MemoryQuotaExceeded"
-    CORES_EXCEEDED = "CoreQuotaExceeded"
-    COUNT_EXCEEDED = "GpuCountQuotaExceeded"
+    FITS = reasons.QUOTA_FITS
+    NO_GPU_REQUEST = reasons.NO_GPU_REQUEST
+    MEMORY_EXCEEDED = reasons.MEMORY_QUOTA_EXCEEDED
+    CORES_EXCEEDED = reasons.CORE_QUOTA_EXCEEDED
+    COUNT_EXCEEDED = reasons.GPU_COUNT_QUOTA_EXCEEDED
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,27 +119,10 @@ def check_quota(
 ) -> QuotaDecision:
     """Checks a pod's effective request (see accounting.pod.effective_request) against its
     namespace's quota items (keyed by resource name, e.g. nvidia.com/gpumem)."""
-    if request.is_empty:
-        return QuotaDecision(
-            True,
-            QuotaReason.NO_GPU_REQUEST.value,
-            f"pod asks for no {vendor.vendor} device: nothing to check",
-        )
-    enforced = {"memory", "cores"} | ({"count"} if enforce_gpu_count else set())
-    if request.memory_mib == 0 and request.core_percent == 0:
-        # HAMi skips memory and cores when both are 0 (memory given as a share of a card): the
-        # scheduler re-checks with real card sizes once a card is chosen.
-        enforced -= {"memory", "cores"}
-    return _decide(
-        namespace,
-        (
-            ("memory", vendor.memory_resource, request.memory_mib, vendor.memory_factor),
-            ("cores", vendor.core_resource, request.core_percent, 1),
-            ("count", vendor.count_resource, request.count, 1),
-        ),
-        items,
-        frozenset(enforced),
-    )
+    # HAMi skips memory and cores when both are 0 (memory given as a share of a card): the
+    # scheduler re-checks with real card sizes once a card is chosen.
+    unsized = request.memory_mib == 0 and request.core_percent == 0
+    return _check(namespace, request, items, vendor, enforce_gpu_count, "asks for", unsized)
 
 
 def check_usage(
@@ -152,27 +136,76 @@ def check_usage(
     """Checks per-device usage a pod would add (its collapsed grants, memory factor already in
     the granted MiB) against its namespace's quota: the scheduler's re-check with real card
     sizes and the recorder's atomic re-check in Reserve."""
-    memory_mib, core_percent, devices = usage_totals(
-        u for u in usage if u.device_type == vendor.vendor
-    )
+    memory_mib, core_percent, devices = vendor_totals(usage, vendor)
     request = EffectiveRequest(vendor.vendor, devices, memory_mib, core_percent, False)
+    return _check(namespace, request, items, vendor, enforce_gpu_count, "holds", False)
+
+
+def _check(
+    namespace: str,
+    request: EffectiveRequest,
+    items: Mapping[str, QuotaItem],
+    vendor: VendorResources,
+    enforce_gpu_count: bool,
+    verb: str,
+    unsized: bool,
+) -> QuotaDecision:
+    """The one check of both: which dimensions are enforced, then ``_decide``."""
     if request.is_empty:
         return QuotaDecision(
             True,
             QuotaReason.NO_GPU_REQUEST.value,
-            f"pod holds no {vendor.vendor} device: nothing to check",
+            f"pod {verb} no {vendor.vendor} device: nothing to check",
         )
-    enforced = {"memory", "cores"} | ({"count"} if enforce_gpu_count else set())
+    enforced = set() if unsized else {"memory", "cores"}
+    if enforce_gpu_count:
+        enforced.add("count")
     return _decide(
         namespace,
         (
-            ("memory", vendor.memory_resource, memory_mib, vendor.memory_factor),
-            ("cores", vendor.core_resource, core_percent, 1),
-            ("count", vendor.count_resource, devices, 1),
+            ("memory", vendor.memory_resource, request.memory_mib, vendor.memory_factor),
+            ("cores", vendor.core_resource, request.core_percent, 1),
+            ("count", vendor.count_resource, request.count, 1),
         ),
         items,
         frozenset(enforced),
     )
+
+
+def vendor_totals(usage: Iterable[DeviceUsage], vendor: VendorResources) -> tuple[int, int, int]:
+    """(memory MiB, core percent, devices) of the vendor's devices in ``usage``: what a pod
+    holding it is charged in its namespace."""
+    return usage_totals(u for u in usage if u.device_type == vendor.vendor)
+
+
+def held_quantities(
+    usage: Iterable[DeviceUsage], vendor: VendorResources
+) -> tuple[tuple[str, int], ...]:
+    """(resource name, quantity) per quota dimension of the vendor's devices in ``usage``, the
+    way a namespace's used items count them; nothing when it holds none of them."""
+    memory_mib, core_percent, devices = vendor_totals(usage, vendor)
+    if not devices:
+        return ()
+    return (
+        (vendor.memory_resource, memory_mib),
+        (vendor.core_resource, core_percent),
+        (vendor.count_resource, devices),
+    )
+
+
+QUOTA_KEY_PREFIX = "limits."
+"""ResourceQuota spec.hard keys HAMi manages: ``limits.`` then a vendor's resource name."""
+
+
+def quota_keys(vendors: Iterable[VendorResources]) -> dict[str, str]:
+    """ResourceQuota key -> resource name, for every quota dimension of ``vendors``: HAMi's
+    ``limits.<memory resource>`` and ``limits.<core resource>``, and the device count
+    ``limits.<count resource>`` (our extension). The one place the keys are spelled."""
+    return {
+        f"{QUOTA_KEY_PREFIX}{resource}": resource
+        for vendor in vendors
+        for resource in (vendor.memory_resource, vendor.core_resource, vendor.count_resource)
+    }
 
 
 def quota_items_from_limits(
@@ -183,9 +216,19 @@ def quota_items_from_limits(
     Only the keys HAMi manages are kept (limits.-prefixed memory and cores, plus the count as our
     extension); callers that must refuse unknown keys compare the result's size with the input.
     """
-    known = {
-        vendor.quota_memory_key: vendor.memory_resource,
-        vendor.quota_core_key: vendor.core_resource,
-        vendor.quota_count_key: vendor.count_resource,
-    }
+    known = quota_keys((vendor,))
     return {known[key]: value for key, value in limits.items() if key in known}
+
+
+def merge_quota_limits(quotas: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Merges the limits of several ResourceQuotas in one namespace: the minimum per key.
+
+    Kubernetes enforces every ResourceQuota of a namespace, so the tightest one binds. (HAMi
+    keeps one slot per namespace instead: the last quota written wins and deleting either clears
+    it, HAMi #2997.)
+    """
+    merged: dict[str, int] = {}
+    for limits in quotas:
+        for key, value in limits.items():
+            merged[key] = min(value, merged.get(key, value))
+    return merged

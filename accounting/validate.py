@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from accounting.errors import FieldViolation, InvalidInputError
 from accounting.model import Container, ContainerStatus, Device, DeviceGrant, DeviceRequest, Pod
@@ -37,6 +38,40 @@ WIRE_SEPARATORS = ",:;"
 _NO_WIRE_SEPARATOR = re.compile(f"[^{re.escape(WIRE_SEPARATORS)}]*")
 """Matches a whole value free of separators (one C scan, for every grant of every request)."""
 """Characters that cannot appear in a UUID or type written into vgpu-devices-allocated."""
+
+
+def json_object(raw: bytes | str, path: str) -> dict[str, Any]:
+    """Decodes ``raw`` as one JSON object (what Go's ``json.Marshal`` writes for a Kubernetes
+    object).
+
+    Raises:
+        InvalidInputError: at ``path``: not JSON, nested too deeply, or not an object.
+    """
+    try:
+        document: object = json.loads(raw)
+    except ValueError as error:  # UnicodeDecodeError included
+        raise InvalidInputError.single(path, f"not valid JSON ({error})") from None
+    except RecursionError:
+        # json.loads recurses per nesting level; hostile input can nest deeper than the stack.
+        raise InvalidInputError.single(path, "not valid JSON (nested too deeply)") from None
+    if not isinstance(document, dict):
+        raise InvalidInputError.single(path, f"must be a JSON object, got {json_kind(document)}")
+    return document
+
+
+def json_kind(value: object) -> str:
+    """What a decoded JSON value is, for messages: "an object", "a string", "null"..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    return "a number"
 
 
 def quote(text: str, limit: int = 80) -> str:

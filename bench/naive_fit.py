@@ -21,7 +21,9 @@ import timeit
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from accounting import annotations as keys
 from accounting import fit
+from accounting import reasons as codes
 from accounting.model import (
     NVIDIA_RESOURCES,
     Container,
@@ -103,34 +105,34 @@ def _refusal(
 ) -> str | None:
     """HAMi's NVIDIA Fit checks for one device, in HAMi's order."""
     if not card.healthy:
-        return fit.CARD_NOT_HEALTH
+        return codes.CARD_NOT_HEALTH
     model = card.model.lower()
-    use_types = [t.lower() for t in _entries(annotations.get(fit.USE_GPU_TYPE_ANNOTATION))]
-    nouse_types = [t.lower() for t in _entries(annotations.get(fit.NOUSE_GPU_TYPE_ANNOTATION))]
-    mode = (annotations.get(fit.VGPU_MODE_ANNOTATION) or "").strip()
+    use_types = [t.lower() for t in _entries(annotations.get(keys.USE_GPU_TYPE_ANNOTATION))]
+    nouse_types = [t.lower() for t in _entries(annotations.get(keys.NOUSE_GPU_TYPE_ANNOTATION))]
+    mode = (annotations.get(keys.VGPU_MODE_ANNOTATION) or "").strip()
     if (
         card.vendor != vendor.vendor
         or (use_types and not any(t in model for t in use_types))
         or any(t in model for t in nouse_types)
-        or (mode and card.mode not in annotations[fit.VGPU_MODE_ANNOTATION])
+        or (mode and card.mode not in annotations[keys.VGPU_MODE_ANNOTATION])
     ):
-        return fit.CARD_TYPE_MISMATCH
-    use_uuids = _entries(annotations.get(fit.USE_GPU_UUID_ANNOTATION))
+        return codes.CARD_TYPE_MISMATCH
+    use_uuids = _entries(annotations.get(keys.USE_GPU_UUID_ANNOTATION))
     if (use_uuids and card.uuid not in use_uuids) or card.uuid in _entries(
-        annotations.get(fit.NOUSE_GPU_UUID_ANNOTATION)
+        annotations.get(keys.NOUSE_GPU_UUID_ANNOTATION)
     ):
-        return fit.CARD_UUID_MISMATCH
+        return codes.CARD_UUID_MISMATCH
     if card.slots_total <= card.slots_used:
-        return fit.CARD_TIME_SLICING_EXHAUSTED
+        return codes.CARD_TIME_SLICING_EXHAUSTED
     if card.memory_total - card.memory_used < _memory(request, card, vendor):
-        return fit.CARD_INSUFFICIENT_MEMORY
+        return codes.CARD_INSUFFICIENT_MEMORY
     cores = min(request.core_percent, 100)
     if card.cores_total - card.cores_used < cores:
-        return fit.CARD_INSUFFICIENT_CORE
+        return codes.CARD_INSUFFICIENT_CORE
     if card.cores_total == 100 and cores == 100 and card.slots_used > 0:
-        return fit.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+        return codes.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
     if card.cores_total != 0 and card.cores_used == card.cores_total and cores == 0:
-        return fit.CARD_COMPUTE_UNITS_EXHAUSTED
+        return codes.CARD_COMPUTE_UNITS_EXHAUSTED
     return None
 
 
@@ -143,7 +145,7 @@ def _fit_container(
 ) -> list[_Card] | str:
     """Chosen cards (not yet charged), or the aggregated reason."""
     if request.count > sum(1 for c in cards if c.vendor == vendor.vendor):
-        return fit.NODE_INSUFFICIENT_DEVICE
+        return codes.NODE_INSUFFICIENT_DEVICE
     if binpack:
         ordered = sorted(cards, key=lambda c: (c.score(), c.index, c.position), reverse=True)
     else:
@@ -159,7 +161,7 @@ def _fit_container(
         if len(chosen) == request.count:
             return chosen
     if chosen:
-        reasons[fit.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(chosen)
+        reasons[codes.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(chosen)
     return ", ".join(sorted(f"{n}/{len(cards)} {r}" for r, n in reasons.items()))
 
 
@@ -172,7 +174,7 @@ def naive_fit_node(
     quota: fit.QuotaContext | None = None,
 ) -> fit.NodeFit:
     """Same contract as accounting.fit.fit_node, computed with a deep copy per pass."""
-    binpack = _policy(pod.annotations.get(fit.GPU_POLICY_ANNOTATION), gpu_policy) == "binpack"
+    binpack = _policy(pod.annotations.get(keys.GPU_POLICY_ANNOTATION), gpu_policy) == "binpack"
     original = [
         _Card(
             position,
@@ -252,7 +254,7 @@ def naive_fit_node(
         decision = check_usage(pod.namespace, collapse_grants(containers), quota.items, vendor)
         if not decision.allowed:
             total = len(original)
-            return refused(f"{total}/{total} {fit.RESOURCE_QUOTA_NOT_FIT}")
+            return refused(f"{total}/{total} {codes.RESOURCE_QUOTA_NOT_FIT}")
     return fit.NodeFit(node.node_name, True, "", node_score, tuple(grants), tuple(usage))
 
 

@@ -27,7 +27,7 @@ from accounting.model import (
     Pod,
     PodPhase,
 )
-from accounting.pod import classify_init_container
+from accounting.pod import SIDECAR_RESTART_POLICY, classify_init_container
 
 GrantOrRequest = DeviceGrant | DeviceRequest
 
@@ -103,16 +103,15 @@ class PodBuilder:
 
     def init(self, name: str, *items: GrantOrRequest) -> Self:
         """A regular init container (no restartPolicy)."""
-        self._init_list.append(_container(name, ContainerClass.INIT, items))
-        return self
+        return self.init_entry(name, None, *items)
 
     def sidecar(self, name: str, *items: GrantOrRequest) -> Self:
         """A native sidecar (an init container with restartPolicy Always)."""
-        self._init_list.append(_container(name, ContainerClass.SIDECAR, items))
-        return self
+        return self.init_entry(name, SIDECAR_RESTART_POLICY, *items)
 
     def init_entry(self, name: str, restart_policy: str | None, *items: GrantOrRequest) -> Self:
-        """An entry of spec.initContainers classified from its restartPolicy, as a parser does."""
+        """An entry of spec.initContainers, classified from its restartPolicy by the classifier
+        the Kubernetes pod parser uses (every init-list entry a builder makes goes through it)."""
         self._init_list.append(_container(name, classify_init_container(restart_policy), items))
         return self
 

@@ -13,6 +13,7 @@ from typing import Literal, Protocol, TypeVar
 from accounting import kube_node, kube_pod, validate
 from accounting.errors import InvalidInputError
 from accounting.model import (
+    DEFAULT_DEVICE_MODE,
     NVIDIA,
     NVIDIA_RESOURCES,
     Container,
@@ -31,8 +32,6 @@ from accounting.model import (
 )
 from accounting.validate import BoundedViolations
 from hami.accounting.v1 import types_pb2, usage_pb2
-
-DEFAULT_DEVICE_MODE = "hami-core"
 
 T = TypeVar("T")
 

@@ -12,9 +12,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from accounting import hami_codec
+from accounting.annotations import (
+    DEVICES_ALLOCATED_ANNOTATION,
+    DEVICES_TO_ALLOCATE_ANNOTATION,
+    VGPU_NODE_ANNOTATION,
+    VGPU_TIME_ANNOTATION,
+)
 from accounting.errors import InvalidInputError
 from accounting.fit import FitResult, NodeState, QuotaContext
 from accounting.model import NVIDIA_RESOURCES, DeviceGrant, DeviceUsage, Pod, VendorResources
+from accounting.reasons import NODE_UNREGISTERED
 from accounting.validate import BoundedViolations, quote
 from hami.accounting.v1 import scheduler_pb2, types_pb2, usage_pb2
 from services.common import convert as common
@@ -27,10 +34,6 @@ MAX_NODE_NAME_CHARS = 253
 MESSAGE_NODES = 20
 """Most failed nodes a Filter message names."""
 
-RESERVATION_CONFLICT = "ReservationConflict"
-"""Filter's reason when every attempt's placement was taken by another scheduler first."""
-NODE_UNREGISTERED = "node unregistered"
-"""failed_nodes reason of a candidate the recorder has no inventory for."""
 
 PodDevices = tuple[tuple[DeviceGrant, ...], ...]
 """Grants per container position."""
@@ -199,10 +202,10 @@ def hami_annotations(grants: PodDevices, node_name: str, unix_s: int) -> dict[st
     """
     devices = hami_codec.encode_pod_devices(grants)
     return {
-        hami_codec.DEVICES_ALLOCATED_ANNOTATION: devices,
-        hami_codec.DEVICES_TO_ALLOCATE_ANNOTATION: devices,
-        hami_codec.VGPU_NODE_ANNOTATION: node_name,
-        hami_codec.VGPU_TIME_ANNOTATION: str(unix_s),
+        DEVICES_ALLOCATED_ANNOTATION: devices,
+        DEVICES_TO_ALLOCATE_ANNOTATION: devices,
+        VGPU_NODE_ANNOTATION: node_name,
+        VGPU_TIME_ANNOTATION: str(unix_s),
     }
 
 

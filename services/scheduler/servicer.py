@@ -49,9 +49,6 @@ from opentelemetry import trace
 
 from accounting.fit import (
     BINPACK,
-    NO_GPU_REQUEST,
-    NO_NODE_FITS,
-    SCHEDULED,
     SPREAD,
     FitResult,
     NodeState,
@@ -60,6 +57,13 @@ from accounting.fit import (
     pod_requests_devices,
 )
 from accounting.model import NVIDIA_RESOURCES, Pod, VendorResources
+from accounting.reasons import (
+    NO_GPU_REQUEST,
+    NO_NODE_FITS,
+    NODE_CHANGED,
+    RESERVATION_CONFLICT,
+    SCHEDULED,
+)
 from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc, usage_pb2, usage_pb2_grpc
 from services.common import telemetry
 from services.common.errors import DependencyUnavailableError, map_errors
@@ -67,7 +71,6 @@ from services.common.metrics import record_decision
 from services.scheduler import convert
 from services.scheduler.config import DEFAULT_RESERVE_ATTEMPTS, DEFAULT_USAGE_TIMEOUT_MS
 from services.scheduler.convert import (
-    RESERVATION_CONFLICT,
     FilterOutcome,
     PodDevices,
     Reservation,
@@ -88,8 +91,6 @@ NODE_BATCH = 500
 """Candidate nodes per GetNodeUsage call: 10,000 nodes' device lists in one answer would pass
 the 4 MiB message limit, so large candidate lists are read in parallel batches."""
 _MIN_TIMEOUT_S = 0.001
-NODE_CHANGED = "NodeChanged"
-"""A Reserve refused because the recorder's node no longer matches the one the fit saw."""
 
 _DECISIONS = {
     SCHEDULED: "schedule",

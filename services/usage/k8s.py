@@ -24,7 +24,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from http import HTTPStatus
@@ -35,9 +35,11 @@ from kubernetes import client, config, watch
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from accounting import hami_codec, kube_node, kube_pod
+from accounting import kube_node, kube_pod
+from accounting.annotations import NODE_REGISTER_ANNOTATION, VGPU_NODE_ANNOTATION
 from accounting.errors import InvalidInputError
 from accounting.model import NVIDIA_RESOURCES, Device, Pod
+from accounting.quota import merge_quota_limits, quota_keys
 
 __all__ = [
     "QUOTA_KEYS",
@@ -56,11 +58,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-QUOTA_KEYS: tuple[str, ...] = (
-    NVIDIA_RESOURCES.quota_memory_key,
-    NVIDIA_RESOURCES.quota_core_key,
-    NVIDIA_RESOURCES.quota_count_key,
-)
+QUOTA_KEYS: tuple[str, ...] = tuple(quota_keys((NVIDIA_RESOURCES,)))
 """ResourceQuota spec.hard keys we read: HAMi's two plus our device-count extension."""
 
 _PODS = "pods"
@@ -207,20 +205,6 @@ def quota_limits(quota: Mapping[str, Any]) -> dict[str, int]:
             continue
         limits[key] = value
     return limits
-
-
-def merge_quota_limits(quotas: Iterable[Mapping[str, int]]) -> dict[str, int]:
-    """Merges the limits of several ResourceQuotas in one namespace: the minimum per key.
-
-    Kubernetes enforces every ResourceQuota of a namespace, so the tightest one binds. (HAMi
-    keeps one slot per namespace instead: the last quota written wins and deleting either clears
-    it, HAMi #2997.)
-    """
-    merged: dict[str, int] = {}
-    for limits in quotas:
-        for key, value in limits.items():
-            merged[key] = min(value, merged.get(key, value))
-    return merged
 
 
 # -- the source ----------------------------------------------------------------------------------
@@ -674,11 +658,11 @@ def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _pod_is_tracked(obj: Mapping[str, Any]) -> bool:
-    return bool(_annotations(obj).get(hami_codec.VGPU_NODE_ANNOTATION))
+    return bool(_annotations(obj).get(VGPU_NODE_ANNOTATION))
 
 
 def _register_annotation(obj: Mapping[str, Any]) -> str | None:
-    value = _annotations(obj).get(hami_codec.NODE_REGISTER_ANNOTATION)
+    value = _annotations(obj).get(NODE_REGISTER_ANNOTATION)
     return value if isinstance(value, str) else None
 
 

@@ -43,7 +43,7 @@ from accounting.model import (
     QuotaItem,
     VendorResources,
 )
-from accounting.quota import quota_items_from_limits
+from accounting.quota import quota_items_from_limits, quota_keys
 from accounting.validate import validate_devices
 from services.common import metrics, telemetry
 from services.common.errors import DependencyUnavailableError
@@ -581,11 +581,7 @@ class UsageStore:
             found.add("namespace", "must not be empty")
         by_resource = quota_items_from_limits(limits, self._vendor)
         if len(by_resource) != len(limits):
-            known = (
-                self._vendor.quota_memory_key,
-                self._vendor.quota_core_key,
-                self._vendor.quota_count_key,
-            )
+            known = tuple(quota_keys((self._vendor,)))
             for key in sorted(limits):
                 if key not in known:
                     found.add(f"limits[{key!r}]", f"unknown quota key; expected one of {known}")

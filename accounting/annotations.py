@@ -1,0 +1,46 @@
+"""Every annotation key the accounting reads or writes: the one place each is spelled.
+
+Layer: accounting (pure; no imports). HAMi's keys keep HAMi's spelling byte for byte, so a pod
+or node annotated by HAMi reads the same here; the wire formats of their values live in
+``accounting.hami_codec``.
+"""
+
+from __future__ import annotations
+
+# -- pod annotations written at placement (the scheduler's Filter) -----------------------------
+
+DEVICES_ALLOCATED_ANNOTATION = "hami.io/vgpu-devices-allocated"
+"""Grants per container position; written once by the scheduler, the one the accounting reads."""
+DEVICES_TO_ALLOCATE_ANNOTATION = "hami.io/vgpu-devices-to-allocate"
+"""Same string at first; the device plugin empties entries as it hands devices out."""
+VGPU_NODE_ANNOTATION = "hami.io/vgpu-node"
+"""The chosen node; HAMi tracks a pod for accounting only once it is set."""
+VGPU_TIME_ANNOTATION = "hami.io/vgpu-time"
+"""Unix seconds of the placement, as a decimal string."""
+
+# -- pod annotations a user writes: placement choices ------------------------------------------
+
+NODE_POLICY_ANNOTATION = "hami.io/node-scheduler-policy"
+"""binpack or spread across nodes, for this pod."""
+GPU_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"
+"""binpack or spread across the GPUs of a node, for this pod."""
+USE_GPU_TYPE_ANNOTATION = "nvidia.com/use-gputype"
+"""Comma-separated GPU models the pod may use (substring match, any case)."""
+NOUSE_GPU_TYPE_ANNOTATION = "nvidia.com/nouse-gputype"
+"""Comma-separated GPU models the pod must not use."""
+USE_GPU_UUID_ANNOTATION = "nvidia.com/use-gpuuuid"
+"""Comma-separated device UUIDs the pod may use."""
+NOUSE_GPU_UUID_ANNOTATION = "nvidia.com/nouse-gpuuuid"
+"""Comma-separated device UUIDs the pod must not use."""
+VGPU_MODE_ANNOTATION = "nvidia.com/vgpu-mode"
+"""The sharing modes the pod accepts (hami-core, mig, mps)."""
+
+# -- our own ---------------------------------------------------------------------------------------
+
+TRACEPARENT_ANNOTATION = "hami.io/traceparent"
+"""The pod's W3C trace context, from the quota check onwards."""
+
+# -- node annotations --------------------------------------------------------------------------
+
+NODE_REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
+"""The JSON array of the node's NVIDIA devices, written by HAMi's device plugin."""

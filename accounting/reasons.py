@@ -1,0 +1,82 @@
+"""Every stable reason code the accounting answers with: the one place each is spelled.
+
+Layer: accounting (pure). A "no" is an ``OK`` answer carrying one of these codes and
+a sentence; callers, dashboards and log parsers match on the code. Codes HAMi also has keep
+HAMi's spelling (pkg/device/common), so operators read the same words from both schedulers.
+"""
+
+from __future__ import annotations
+
+from accounting.amount import Amount, Dimension
+
+# -- why one card refuses one container (the fit, and Reserve's capacity re-check) -------------
+
+CARD_NOT_HEALTH = "CardNotHealth"
+CARD_TYPE_MISMATCH = "CardTypeMismatch"
+"""Another vendor, or excluded by nvidia.com/use-gputype, nouse-gputype or vgpu-mode."""
+CARD_UUID_MISMATCH = "CardUuidMismatch"
+"""Excluded by nvidia.com/use-gpuuuid or nouse-gpuuuid."""
+CARD_TIME_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"
+"""No sharing slot left."""
+CARD_INSUFFICIENT_MEMORY = "CardInsufficientMemory"
+CARD_INSUFFICIENT_CORE = "CardInsufficientCore"
+EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = "ExclusiveDeviceAllocateConflict"
+"""The container asks for the card alone and something already runs there."""
+CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
+"""A share-only task on a card whose compute is fully given away."""
+ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
+"""Counts the devices that did pass when too few did (HAMi counts the cards it had picked)."""
+
+CARD_CAPACITY_ORDER = (Dimension.SLOTS, Dimension.MEMORY, Dimension.CORES)
+"""The order HAMi's Fit checks a card's capacity in; the first short dimension names the
+refusal (the fit and Reserve's re-check both report it so)."""
+CARD_CAPACITY_REASON = {
+    Dimension.SLOTS: CARD_TIME_SLICING_EXHAUSTED,
+    Dimension.MEMORY: CARD_INSUFFICIENT_MEMORY,
+    Dimension.CORES: CARD_INSUFFICIENT_CORE,
+}
+
+
+def card_shortfall(need: Amount, free: Amount) -> Dimension | None:
+    """The first dimension (in ``CARD_CAPACITY_ORDER``) in which ``need`` does not fit in what
+    a card has ``free``, or None when it fits."""
+    short = need.over(free, CARD_CAPACITY_ORDER)
+    return short[0] if short else None
+
+# -- why a node refuses a pod ------------------------------------------------------------------
+
+NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
+"""Fewer of the vendor's devices than one container asks for (HAMi returns it bare)."""
+RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
+"""The placement would take the namespace over its quota with the real card sizes."""
+
+# -- a fit over candidate nodes ----------------------------------------------------------------
+
+SCHEDULED = "Scheduled"
+NO_GPU_REQUEST = "NoGpuRequest"
+"""The pod asks for no device: admission has nothing to check, the scheduler keeps every node."""
+NO_NODE_FITS = "NoNodeFits"
+
+# -- the namespace quota -----------------------------------------------------------------------
+
+QUOTA_FITS = "QuotaFits"
+MEMORY_QUOTA_EXCEEDED = "MemoryQuotaExceeded"
+CORE_QUOTA_EXCEEDED = "CoreQuotaExceeded"
+GPU_COUNT_QUOTA_EXCEEDED = "GpuCountQuotaExceeded"
+
+# -- Reserve -----------------------------------------------------------------------------------
+
+RESERVED = "Reserved"
+NO_GRANTS = "NoGrants"
+"""Reserve was given a pod without grants."""
+POD_FORGOTTEN = "PodForgotten"
+"""The pod was deleted (forgotten with nothing stored): nothing is reserved for it again."""
+
+# -- the scheduler daemon's Filter -------------------------------------------------------------
+
+RESERVATION_CONFLICT = "ReservationConflict"
+"""Every attempt's placement was taken by another scheduler first."""
+NODE_CHANGED = "NodeChanged"
+"""A Reserve refused because the recorder's node no longer matches the one the fit saw."""
+NODE_UNREGISTERED = "node unregistered"
+"""The failed-node reason of a candidate the recorder has no inventory for."""
