@@ -2,15 +2,24 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The interpreter that creates .venv and runs the Debian set-up (standard library only).
+SYSTEM_PYTHON ?= python3
+PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: setup up test verify proto lint bench soak clean
+.PHONY: setup system-setup up test verify proto lint bench soak clean
 
-# Creates the virtual environment and installs the project with its dev tools.
+# Creates the virtual environment and installs the project with its dev tools. pip lists each
+# package as it goes (about a minute on a fresh machine, seconds afterwards). setuptools' note on
+# editable installs (folders that shadow the package) is silenced: here those folders are it.
 $(STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -U pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@echo "== .venv: creating the virtual environment"
+	test -x $(PY) || $(SYSTEM_PYTHON) -m venv $(VENV)
+	@echo "== .venv: updating pip"
+	$(PIP) install -q -U pip
+	@echo "== .venv: installing hami-accounting and its dev tools from PyPI"
+	PYTHONWARNINGS="ignore:Editable installation" $(PIP) install --progress-bar off -e '.[dev]'
 	touch $(STAMP)
+	@echo "== .venv: ready"
 
 setup: $(STAMP)
 
@@ -18,8 +27,15 @@ setup: $(STAMP)
 up: $(STAMP)
 	$(VENV)/bin/hami-accounting up
 
-# Runs every test (pytest's exit code 5, "no tests collected", is a failure).
-test: $(STAMP)
+# The Debian packages of the Go interop test: installed as root, otherwise named (then stop).
+system-setup:
+	@$(SYSTEM_PYTHON) scripts/system_setup.py
+
+# Runs every test (pytest's exit code 5, "no tests collected", is a failure). The Debian
+# packages are checked first, so a missing one stops the run before anything else happens.
+test:
+	@$(MAKE) --no-print-directory system-setup
+	@$(MAKE) --no-print-directory $(STAMP)
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
 
 # Regenerates gen/ into a temporary folder and fails on any difference, then lints.
@@ -35,6 +51,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(PY) scripts/check_pure_accounting.py
+	$(PY) scripts/check_docs.py
 
 bench: $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'

