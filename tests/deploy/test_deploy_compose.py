@@ -153,6 +153,21 @@ def test_recorder_journal_is_on_a_named_volume(model: dict[str, Any]) -> None:
     assert volume["source"] in model["volumes"]
 
 
+@pytest.mark.parametrize("service", [*DAEMONS, "jaeger"])
+def test_every_container_is_locked_down_as_docs_deploy_says(
+    model: dict[str, Any], service: str
+) -> None:
+    """docs/deploy.md: read-only root filesystem, all capabilities dropped, no-new-privileges,
+    a non-root user."""
+    config = model["services"][service]
+    assert config.get("read_only") is True
+    assert config.get("cap_drop") == ["ALL"]
+    assert "no-new-privileges:true" in config.get("security_opt", [])
+    user = str(config.get("user", "0")).split(":")[0]
+    assert user not in ("", "0", "root")
+    assert any(str(t).split(":")[0] == "/tmp" for t in config.get("tmpfs", []))
+
+
 def test_jaeger_accepts_otlp(model: dict[str, Any]) -> None:
     jaeger = model["services"]["jaeger"]
     assert jaeger["image"].startswith("jaegertracing/all-in-one:")
