@@ -65,8 +65,8 @@ from tests.reliability.sizes import report, sized
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(sized(300, 1800))]
 
-INPUTS = sized(10_000, 50_000)
-WEBHOOK_INPUTS = sized(1_000, 5_000)
+INPUTS = sized(2_000, 50_000)
+WEBHOOK_INPUTS = sized(300, 5_000)
 SEED = 9_001
 RPC_TIMEOUT_S = 20.0
 NODE = "bad-node"

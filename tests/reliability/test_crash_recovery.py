@@ -50,8 +50,8 @@ from tests.reliability.sizes import report, sized
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(sized(300, 1800))]
 
-EVENTS = sized(2_000, 10_000)
-KILLS = sized(24, 60)
+EVENTS = sized(1_000, 10_000)
+KILLS = sized(12, 60)
 SEED = 20260901
 RPC_TIMEOUT_S = 10.0
 NODES = {f"crash-node-{n}": (f"GPU-crash-{n}-0", f"GPU-crash-{n}-1") for n in range(3)}

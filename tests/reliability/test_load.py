@@ -41,8 +41,8 @@ from tests.reliability.sizes import report, sized, sized_s
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(sized(300, 900))]
 
 CLIENTS = 8
-DURATION_S = sized_s(12.0, 60.0)
-WARM_UP_S = sized_s(3.0, 10.0)
+DURATION_S = sized_s(6.0, 60.0)
+WARM_UP_S = sized_s(2.0, 10.0)
 RSS_GROWTH_LIMIT = 50 * 1024 * 1024
 RPC_TIMEOUT_S = 30.0
 NODES = [f"load-node-{n}" for n in range(8)]
