@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,11 +58,24 @@ _LOG_TAIL_LINES = 20
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 1
+"""When the reader of stdout went away; rich ends its own table output the same way."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the CLI; returns the process exit code."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:
+        # The reader went away (`... | head`): stop quietly. stdout is pointed at /dev/null so
+        # the interpreter's last flush cannot raise again on the way out.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def _dispatch(args: list[str]) -> int:
     # Forwarded subcommands and `serve NAME` keep their arguments verbatim (including --help),
     # so they are dispatched before argparse sees them.
     if args and args[0] in _FORWARDED:
@@ -162,6 +176,17 @@ def check_health(target: str, service: str = "", *, timeout_s: float = 3.0,
     return str(health_pb2.HealthCheckResponse.ServingStatus.Name(response.status))
 
 
+def _health_failure(addr: str, service: str, code: grpc.StatusCode, details: str) -> str:
+    """What went wrong, in words: grpcio's NOT_FOUND comes with no details at all."""
+    if code == grpc.StatusCode.NOT_FOUND:
+        known = ", ".join(_SERVICE_NAMES[name] for name in DAEMONS)
+        return (f"the server at {addr} reports no health for service {service!r}; a daemon "
+                f'reports "" (the whole server, the default) and its own service: {known}')
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return f"nothing answers at {addr} ({details or 'no details'})"
+    return details or "(no details)"
+
+
 def _health(namespace: argparse.Namespace) -> int:
     try:
         tls = TlsConfig.from_env(os.environ)
@@ -173,8 +198,8 @@ def _health(namespace: argparse.Namespace) -> int:
                               timeout_s=namespace.timeout_s, tls=tls)
     except grpc.RpcError as error:
         code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
-        details = error.details() if hasattr(error, "details") else str(error)
-        print(f"{code.name}: {details}")
+        details = (error.details() if hasattr(error, "details") else str(error)) or ""
+        print(f"{code.name}: {_health_failure(namespace.addr, namespace.service, code, details)}")
         return EXIT_FAILED
     print(status)
     return EXIT_OK if status == "SERVING" else EXIT_FAILED
@@ -221,12 +246,15 @@ def _child_env(plan: _DaemonPlan, usage_addr: str, data_dir: Path) -> dict[str, 
     return env
 
 
-def _log_tail(path: Path) -> str:
+def _log_tail(path: Path, start: int = 0) -> str:
+    """The last lines written to ``path`` from byte ``start`` on (this run's, not earlier ones)."""
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        with path.open("rb") as log:
+            log.seek(start)
+            lines = log.read().decode(errors="replace").splitlines()
     except OSError:
         return "(no log written)"
-    return "\n".join(lines[-_LOG_TAIL_LINES:]) or "(log is empty)"
+    return "\n".join(lines[-_LOG_TAIL_LINES:]) or "(nothing logged in this run)"
 
 
 class _Children:
@@ -234,16 +262,25 @@ class _Children:
 
     def __init__(self) -> None:
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.log_starts: dict[str, int] = {}
+        """Where this run's lines begin in each log (earlier runs' lines are kept above)."""
 
     def start(self, plan: _DaemonPlan, env: dict[str, str]) -> None:
         plan.log_file.parent.mkdir(parents=True, exist_ok=True)
         with plan.log_file.open("ab") as log:
+            log.write(f"--- hami-accounting up: {plan.name} starting at "
+                      f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} ---\n".encode())
+            log.flush()
+            self.log_starts[plan.name] = log.tell()
             # A new session: Ctrl-C reaches only `up`, which then stops the daemons in order.
             self.processes[plan.name] = subprocess.Popen(
                 [*SERVE_COMMAND, plan.name],
                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+
+    def log_tail(self, plan: _DaemonPlan) -> str:
+        return _log_tail(plan.log_file, self.log_starts.get(plan.name, 0))
 
     def exited(self) -> list[tuple[str, int]]:
         return [(name, code) for name, process in self.processes.items()
@@ -263,15 +300,16 @@ class _Children:
                 process.wait()
 
 
-def _wait_serving(plan: _DaemonPlan, process: subprocess.Popen[bytes], timeout_s: float,
+def _wait_serving(plan: _DaemonPlan, children: _Children, timeout_s: float,
                   tls: TlsConfig | None, stop_requested: threading.Event) -> None:
+    process = children.processes[plan.name]
     deadline = time.monotonic() + timeout_s
     last = "no answer yet"
     while time.monotonic() < deadline and not stop_requested.is_set():
         code = process.poll()
         if code is not None:
             raise UpError(f"{plan.name} exited with code {code} before serving; "
-                          f"its log ({plan.log_file}) ends with:\n{_log_tail(plan.log_file)}")
+                          f"its log ({plan.log_file}) ends with:\n{children.log_tail(plan)}")
         try:
             last = check_health(plan.grpc_addr, _SERVICE_NAMES[plan.name], timeout_s=1.0, tls=tls)
             if last == "SERVING":
@@ -283,25 +321,49 @@ def _wait_serving(plan: _DaemonPlan, process: subprocess.Popen[bytes], timeout_s
         return
     raise UpError(f"{plan.name} did not report SERVING on {plan.grpc_addr} within "
                   f"{timeout_s:g} s (last: {last}); its log ({plan.log_file}) ends with:\n"
-                  f"{_log_tail(plan.log_file)}")
+                  f"{children.log_tail(plan)}")
+
+
+def _own_command() -> str:
+    """How to run this CLI from the user's shell: ``hami-accounting`` when that is the one on
+    PATH, else the path of this environment's script (``.venv/bin/hami-accounting`` after
+    ``make up``, relative to the current folder when inside it)."""
+    script = Path(sys.executable).parent / "hami-accounting"
+    if not script.is_file():
+        return f"{sys.executable} -m services.cli"
+    on_path = shutil.which("hami-accounting")
+    if on_path is not None and Path(on_path).resolve() == script.resolve():
+        return "hami-accounting"
+    try:
+        return str(script.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
+EXAMPLE_POD = Path("examples") / "sidecar-before-init.yaml"
+"""The pod the banner suggests explaining, when the checkout's examples/ is at hand."""
 
 
 def _print_banner(plans: dict[str, _DaemonPlan], data_dir: Path, tls: TlsConfig | None) -> None:
     usage, admission, scheduler = plans["usage"], plans["admission"], plans["scheduler"]
-    plaintext = "-plaintext " if tls is None else ""
+    command = _own_command()
+    tries = [
+        (f"{command} demo --usage {usage.grpc_addr} --admission {admission.grpc_addr} "
+         f"--scheduler {scheduler.grpc_addr}", "walk the design's cases through the stack"),
+        (f"{command} usage --usage {usage.grpc_addr}", "what the recorder charges"),
+        (f"{command} health {usage.grpc_addr} --service {_SERVICE_NAMES['usage']}",
+         "SERVING?"),
+    ]
+    if EXAMPLE_POD.is_file():
+        tries.append((f"{command} explain {EXAMPLE_POD}", "how one pod is charged (no daemon)"))
     lines = [
         f"hami-accounting is up (data in {data_dir}, logs in {data_dir / 'logs'}):",
         *(f"  {p.name:<10} {p.grpc_addr:<17} metrics {p.metrics_url}"
           for p in (usage, admission, scheduler)),
         "",
-        "Try:",
-        f"  hami-accounting demo --usage {usage.grpc_addr} --admission {admission.grpc_addr} "
-        f"--scheduler {scheduler.grpc_addr}",
-        f"  hami-accounting health {usage.grpc_addr} --service {_SERVICE_NAMES['usage']}",
-        f"  grpcurl {plaintext}{usage.grpc_addr} list",
-        f"  grpcurl {plaintext}-d '{{\"pod_uid\": \"<uid>\"}}' {usage.grpc_addr} "
-        f"{_SERVICE_NAMES['usage']}/GetPodUsage",
-        f"  curl -s {admission.metrics_url} | grep hami_accounting",
+        "Try, in another terminal" + (" with the same HAMI_ACCOUNTING_TLS_* variables:"
+                                      if tls is not None else ":"),
+        *(f"  # {why}\n  {line}" for line, why in tries),
         "",
         "Press Ctrl-C to stop.",
     ]
@@ -333,11 +395,9 @@ def _up(namespace: argparse.Namespace) -> int:
             plan = plans[name]
             children.start(plan, _child_env(plan, usage_addr, data_dir))
             if name == "usage":
-                _wait_serving(plan, children.processes[name], namespace.start_timeout_s, tls,
-                              stop_requested)
+                _wait_serving(plan, children, namespace.start_timeout_s, tls, stop_requested)
         for name in _START_ORDER[1:]:
-            _wait_serving(plans[name], children.processes[name], namespace.start_timeout_s, tls,
-                          stop_requested)
+            _wait_serving(plans[name], children, namespace.start_timeout_s, tls, stop_requested)
         if not stop_requested.is_set():
             _print_banner(plans, data_dir, tls)
         while not stop_requested.wait(0.5):
@@ -346,7 +406,7 @@ def _up(namespace: argparse.Namespace) -> int:
                 name, code = exited[0]
                 raise UpError(f"{name} exited with code {code}; its log "
                               f"({plans[name].log_file}) ends with:\n"
-                              f"{_log_tail(plans[name].log_file)}")
+                              f"{children.log_tail(plans[name])}")
         print("stopping...", flush=True)
         return EXIT_OK
     except UpError as error:

@@ -16,8 +16,11 @@ registers the node ``demo-node-1`` with one 24 GiB GPU, sets the quota of namesp
 
 Every run uses fresh pod uids and forgets the pods it created (also when a step fails), so it
 can be run again and again; pods an interrupted earlier run left on ``demo-node-1`` are forgotten
-first. The node and the quota stay (they are set again on each run). Exit code 0 when every
-figure matched, 1 otherwise (the differing checks are listed), 2 on bad arguments.
+first. The node and the quota stay (they are set again on each run). Before the walk, each
+daemon's gRPC health is asked: when one does not answer, the demo says which and how to start
+the stack, and walks nothing. Exit code 0 when every figure matched, 1 otherwise (the differing
+checks, or the call the walk stopped at, are listed), 2 on bad arguments or a daemon that does
+not answer.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hami.accounting.v1 import (
     admission_pb2,
@@ -54,6 +58,8 @@ GPUMEM = "nvidia.com/gpumem"
 TRACEPARENT = "hami.io/traceparent"
 NODE_REGISTER = "hami.io/node-nvidia-register"
 CALL_TIMEOUT_S = 10.0
+PROBE_TIMEOUT_S = 3.0
+"""How long each daemon's health check may take before the demo calls it silent."""
 
 EXIT_OK = 0
 EXIT_DIFFERED = 1
@@ -200,6 +206,8 @@ class Demo:
         self.out = out
         self.checks = 0
         self.differed: list[str] = []
+        self.stopped = ""
+        """The failed call the walk stopped at, if it stopped."""
         self.created: dict[str, str] = {}  # uid -> pod name, forgotten at the end
         self._step = ""
         self._step_number = 0
@@ -518,6 +526,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def silent_daemons(channels: Mapping[str, tuple[str, grpc.Channel]]) -> list[str]:
+    """``name at address`` of each daemon whose gRPC health check gets no answer at all (a
+    NOT_SERVING answer is an answer: the walk then says what failed)."""
+    silent = []
+    for name, (addr, channel) in channels.items():
+        try:
+            health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=PROBE_TIMEOUT_S
+            )
+        except grpc.RpcError as error:
+            code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                silent.append(f"{name} at {addr}")
+    return silent
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Runs the demo; returns the exit code."""
     args = _parser().parse_args(argv)
@@ -531,6 +555,20 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         client_channel(addr, tls=tls) for addr in (args.usage, args.admission, args.scheduler)
     ]
     try:
+        silent = silent_daemons({
+            "usage": (args.usage, channels[0]),
+            "admission": (args.admission, channels[1]),
+            "scheduler": (args.scheduler, channels[2]),
+        })
+        if silent:
+            print(
+                f"hami-accounting demo: nothing answers: {', '.join(silent)}.\n"
+                "Start the three daemons first, in another terminal: `make up` in the "
+                "checkout (or `hami-accounting up`); for daemons elsewhere, pass --usage, "
+                "--admission and --scheduler.",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
         stubs = Stubs(
             usage_pb2_grpc.UsageRecorderStub(channels[0]),
             admission_pb2_grpc.AdmissionStub(channels[1]),
@@ -545,17 +583,20 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             demo.run()
         except StepFailed as error:
             demo.say(f"   !! {error}")
-            demo.differed.append(f"step {demo._step}: {error}")
+            demo.stopped = f"step {demo._step}: {error}"
         finally:
             demo.cleanup()
     finally:
         for channel in channels:
             channel.close()
     demo.say()
+    if demo.stopped:
+        demo.say(f"The walk stopped at {demo.stopped}")
     if demo.differed:
         demo.say(f"{len(demo.differed)} of {demo.checks} checks differed:")
         for line in demo.differed:
             demo.say(f"  {line}")
+    if demo.stopped or demo.differed:
         return EXIT_DIFFERED
     demo.say(f"All {demo.checks} checks matched the design's figures.")
     return EXIT_OK

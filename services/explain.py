@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +26,6 @@ from typing import Any, TextIO
 
 import yaml
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from accounting.errors import InvalidInputError
@@ -42,6 +40,7 @@ from accounting.explain import (
 )
 from accounting.kube_pod import DEFAULT_NAMESPACE, parse_pod
 from accounting.model import NVIDIA_RESOURCES, DeviceRequest, VendorResources
+from services.tables import add_identifier_column, console_for, print_uncut
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -49,8 +48,6 @@ EXIT_USAGE = 2
 PROG = "hami-accounting explain"
 PLACEHOLDER_UID = "explain-placeholder-uid"
 """Filled in when the manifest has no metadata.uid (a manifest written by hand never has one)."""
-TABLE_WIDTH = 120
-"""Width of the tables when stdout is not a terminal (and COLUMNS is unset)."""
 
 Json = dict[str, Any]
 
@@ -267,10 +264,10 @@ def containers_table(explanation: Explanation) -> Table:
         title_justify="left",
     )
     table.add_column("#", justify="right")
-    table.add_column("Container")
+    add_identifier_column(table, "Container")
     table.add_column("Class")
     table.add_column("Request")
-    table.add_column("Device")
+    add_identifier_column(table, "Device")
     table.add_column("MiB", justify="right")
     table.add_column("Cores %", justify="right")
     table.add_column("Init point = own + sidecars before it")
@@ -322,23 +319,14 @@ def charges_table(explanation: Explanation, memory_resource: str) -> Table:
 
 
 def print_tables(explanation: Explanation, out: TextIO, memory_resource: str) -> None:
-    console = _console(out)
-    console.print(containers_table(explanation))
+    console = console_for(out)
+    print_uncut(console, containers_table(explanation))
     console.print()
-    console.print(charges_table(explanation, memory_resource))
+    print_uncut(console, charges_table(explanation, memory_resource))
     console.print()
     console.print(f"Why: {explanation.why}")
     for note in explanation.notes:
         console.print(f"Note: {note}")
-
-
-def _console(out: TextIO) -> Console:
-    terminal = out.isatty()
-    width: int | None = None
-    if not terminal:
-        columns = os.environ.get("COLUMNS", "")
-        width = int(columns) if columns.isdigit() else TABLE_WIDTH
-    return Console(file=out, width=width, highlight=False, soft_wrap=False)
 
 
 # -- main --------------------------------------------------------------------------------------

@@ -28,12 +28,12 @@ from typing import Any, TextIO
 
 import grpc
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from hami.accounting.v1 import types_pb2, usage_pb2, usage_pb2_grpc
 from services.common.config import DEFAULT_USAGE_ADDR, ConfigError, TlsConfig, env_str
 from services.common.server import client_channel
+from services.tables import add_identifier_column, console_for, print_uncut
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -45,7 +45,6 @@ DISCOVERY_S = 1.0
 """How long WatchUsage is read for namespaces when none is given."""
 DISCOVERY_IDLE_S = 0.3
 """Once snapshot events arrive, the snapshot is over when none follows for this long."""
-TABLE_WIDTH = 120
 
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
@@ -219,8 +218,8 @@ def report_json(report: Report, target: str) -> Json:
 
 def nodes_table(nodes: Iterable[types_pb2.NodeUsage]) -> Table:
     table = Table(title="Nodes", box=box.SIMPLE_HEAD, show_edge=False, title_justify="left")
-    table.add_column("Node")
-    table.add_column("Device")
+    add_identifier_column(table, "Node")
+    add_identifier_column(table, "Device")
     table.add_column("Type")
     table.add_column("Memory MiB used/total", justify="right")
     table.add_column("Cores % used/total", justify="right")
@@ -252,8 +251,8 @@ def namespaces_table(
     namespaces: Iterable[tuple[str, tuple[types_pb2.QuotaItem, ...]]],
 ) -> Table:
     table = Table(title="Namespaces", box=box.SIMPLE_HEAD, show_edge=False, title_justify="left")
-    table.add_column("Namespace")
-    table.add_column("Resource")
+    add_identifier_column(table, "Namespace")
+    add_identifier_column(table, "Resource")
     table.add_column("Used", justify="right")
     table.add_column("Limit", justify="right")
     for name, items in namespaces:
@@ -271,20 +270,18 @@ def namespaces_table(
 
 
 def print_tables(report: Report, target: str, out: TextIO) -> None:
-    columns = os.environ.get("COLUMNS", "")
-    width = None if out.isatty() else (int(columns) if columns.isdigit() else TABLE_WIDTH)
-    console = Console(file=out, width=width, highlight=False, soft_wrap=False)
+    console = console_for(out)
     console.print(f"Usage recorder at {target}")
     console.print()
     if report.nodes:
-        console.print(nodes_table(report.nodes))
+        print_uncut(console, nodes_table(report.nodes))
     else:
         console.print("No node is registered.")
     for name in report.unknown_nodes:
         console.print(f"Node {name} is not registered.")
     console.print()
     if report.namespaces:
-        console.print(namespaces_table(report.namespaces))
+        print_uncut(console, namespaces_table(report.namespaces))
     else:
         console.print("No namespace has usage or a quota.")
 

@@ -206,6 +206,9 @@ def test_demo_against_no_stack_fails_with_a_clear_message() -> None:
             "usage": f"127.0.0.1:{base + 2}",
         }
     )
-    assert demo.returncode == 1, demo.stdout + demo.stderr
-    assert "UNAVAILABLE" in demo.stdout
-    assert "checks differed" in demo.stdout
+    # Said up front, on stderr, with how to start the stack; no walk, no "1 of 0 checks".
+    assert demo.returncode == 2, demo.stdout + demo.stderr
+    assert f"nothing answers: usage at 127.0.0.1:{base + 2}" in demo.stderr
+    assert "make up" in demo.stderr
+    assert "checks differed" not in demo.stdout + demo.stderr
+    assert "Traceback" not in demo.stderr

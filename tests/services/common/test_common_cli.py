@@ -17,6 +17,7 @@ from common_runtime_support import DEAD_TARGET, USAGE_SERVICE, ServeFn
 from services import cli
 
 FAKE_DAEMON = Path(__file__).with_name("common_fake_daemon.py")
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize(
@@ -43,12 +44,17 @@ def test_health_of_an_unreachable_daemon_fails(capsys: pytest.CaptureFixture[str
     assert capsys.readouterr().out.startswith("UNAVAILABLE: ")
 
 
-def test_health_of_an_unknown_service_fails(
+def test_health_of_an_unknown_service_fails_naming_it_and_the_known_ones(
     serve: ServeFn, capsys: pytest.CaptureFixture[str]
 ) -> None:
     handle = serve()
     assert cli.main(["health", handle.target, "--service", "x.Unknown"]) == 1
-    assert capsys.readouterr().out.startswith("NOT_FOUND: ")
+    out = capsys.readouterr().out
+    assert out.startswith("NOT_FOUND: ")
+    # grpcio's own NOT_FOUND has empty details: the line must say what was not found.
+    assert "'x.Unknown'" in out and handle.target in out
+    for service in ("hami.accounting.v1.Admission", "hami.accounting.v1.Scheduler", USAGE_SERVICE):
+        assert service in out
 
 
 def _fake_module(monkeypatch: pytest.MonkeyPatch, name: str, exit_code: int) -> list[list[str]]:
@@ -147,7 +153,7 @@ def start_up(tmp_path: Path) -> Iterator[types.SimpleNamespace]:
         processes.append(process)
         return types.SimpleNamespace(process=process, base=base, data=tmp_path / "data")
 
-    yield types.SimpleNamespace(start=start)
+    yield types.SimpleNamespace(start=start, data=tmp_path / "data")
     for process in processes:
         if process.poll() is None:
             process.kill()
@@ -169,6 +175,15 @@ def test_up_starts_three_daemons_and_stops_them_cleanly_on_ctrl_c(
         assert f"{name}" in text and f"127.0.0.1:{run.base + offset}" in text
         assert cli.check_health(f"127.0.0.1:{run.base + offset}", timeout_s=5) == "SERVING"
     assert "hami-accounting demo --usage" in text
+    # Only the project's own commands, spelled so they run from here (no grpcurl, no curl).
+    tries = text.split("Try, in another terminal:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    commands = [line.strip() for line in tries if not line.strip().startswith("#")]
+    assert {c.split(" ")[1] for c in commands} == {"demo", "usage", "health", "explain"}, tries
+    assert "grpcurl" not in text and "curl " not in text
+    health = next(c for c in commands if c.split(" ")[1] == "health")
+    probed = subprocess.run(health, shell=True, cwd=ROOT, capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert (probed.returncode, probed.stdout.strip()) == (0, "SERVING"), (health, probed)
 
     run.process.send_signal(signal.SIGINT)
     assert run.process.wait(timeout=20) == 0
@@ -178,8 +193,14 @@ def test_up_starts_three_daemons_and_stops_them_cleanly_on_ctrl_c(
 
 
 def test_up_names_the_daemon_that_failed_and_its_log(start_up: types.SimpleNamespace) -> None:
+    log = start_up.data / "logs" / "scheduler.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("an earlier run's line: Traceback (most recent call last)\n")
     run = start_up.start({"FAKE_DAEMON_FAIL": "scheduler"})
     _out, err = run.process.communicate(timeout=30)
+    # The failure shows this run's lines only; the earlier ones stay in the file.
+    assert "an earlier run's line" not in err
+    assert "an earlier run's line" in log.read_text()
     assert run.process.returncode == 1
     assert "scheduler exited with code 3 before serving" in err
     assert str(run.data / "logs" / "scheduler.log") in err
