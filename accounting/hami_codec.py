@@ -32,6 +32,7 @@ from accounting.validate import (
     INT32_MAX,
     INT32_MIN,
     MAX_DEVICES_PER_NODE,
+    MAX_GRANT_SLOTS,
     BoundedViolations,
     check_wire_text,
     json_kind,
@@ -158,7 +159,11 @@ def _decode_grant(item: str, path: str, found: BoundedViolations) -> DeviceGrant
         found.add(f"{path}.uuid", "must not be empty")
     memory_mib = _wire_int(fields[2], f"{path}.memory_mib", found)
     core_percent = _wire_int(fields[3], f"{path}.core_percent", found, high=100)
-    slots = _wire_int(fields[4], f"{path}.slots", found) if len(fields) == 5 else 0
+    slots = (
+        _wire_int(fields[4], f"{path}.slots", found, high=MAX_GRANT_SLOTS)
+        if len(fields) == 5
+        else 0
+    )
     if len(found) != problems_before:
         return None
     return DeviceGrant(uuid, device_type, memory_mib, core_percent, slots)

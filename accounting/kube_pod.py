@@ -14,14 +14,12 @@ Every problem is collected and raised as one ``InvalidInputError`` with JSON pat
 
 from __future__ import annotations
 
-import decimal
-import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
-from accounting import hami_codec
+from accounting import hami_codec, quantity
 from accounting.annotations import DEVICES_ALLOCATED_ANNOTATION, VGPU_NODE_ANNOTATION
 from accounting.errors import InvalidInputError
 from accounting.model import (
@@ -41,29 +39,17 @@ from accounting.validate import (
     INT32_MAX,
     INT32_MIN,
     MAX_CONTAINERS,
+    MAX_DEVICES_PER_CONTAINER,
     MAX_STATUSES,
     BoundedViolations,
     json_kind,
     json_object,
     quote,
+    shown,
 )
 
 DEFAULT_NAMESPACE = "default"
 """What kubectl and the API server assume when a pod names no namespace."""
-
-_INT64_MAX = 2**63 - 1
-
-# Kubernetes resource.Quantity: signed decimal number, then a binary-SI, decimal-SI or
-# exponent suffix ("4096", "24Gi", "500m", "1e3", "1.5").
-_QUANTITY = re.compile(
-    r"(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
-    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?"
-)
-_BINARY_SUFFIXES = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
-_DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-# A quantity longer than this is not something the API server would have stored.
-_MAX_QUANTITY_CHARS = 64
-
 _PHASES = {phase.value: phase for phase in PodPhase}
 
 
@@ -109,9 +95,14 @@ def parse_pod(
 class _Resource:
     """One resource of one container, read from limits first, then requests."""
 
+    name: str = ""
+    value: Decimal | None = None
+    """The exact reading; None when absent, or malformed (already reported)."""
+    written: object = None
+    """The value as the pod wrote it, for messages."""
+    path: str = ""
+    """Where it was read, e.g. ``spec.containers[0].resources.limits["nvidia.com/gpu"]``."""
     present: bool = False
-    integer: int | None = None
-    """The value when it is a whole number that fits int64 (HAMi's Quantity.AsInt64)."""
 
 
 _ABSENT = _Resource()
@@ -174,7 +165,7 @@ class _Reader:
         if value is None:
             return 0
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            self.add(path, f"must be an integer between {low} and {high}, got {json.dumps(value)}")
+            self.add(path, f"must be an integer between {low} and {high}, got {shown(value)}")
             return 0
         return value
 
@@ -267,7 +258,7 @@ class _Reader:
                 Container(
                     name=name,
                     container_class=self.container_class(item, path, is_init),
-                    requests=self.requests(item, path, vendors),
+                    requests=self.requests(item, path, name, vendors),
                     grants=grants[position],
                 )
             )
@@ -296,117 +287,19 @@ class _Reader:
     # -- requests (HAMi GenerateResourceRequests after the webhook defaults) ------------------
 
     def requests(
-        self, item: Mapping[str, Any], path: str, vendors: Sequence[VendorResources]
+        self, item: Mapping[str, Any], path: str, name: str, vendors: Sequence[VendorResources]
     ) -> tuple[DeviceRequest, ...]:
         resources = self.mapping(item, "resources", f"{path}.resources")
         limits = self.mapping(resources, "limits", f"{path}.resources.limits")
         requests = self.mapping(resources, "requests", f"{path}.resources.requests")
         found: list[DeviceRequest] = []
         for vendor in vendors:
-            request = self.request(vendor, limits, requests, f"{path}.resources")
+            request = _ContainerReading(self, name, limits, requests, f"{path}.resources").read(
+                vendor
+            )
             if request is not None:
                 found.append(request)
         return tuple(found)
-
-    def request(
-        self,
-        vendor: VendorResources,
-        limits: Mapping[str, Any],
-        requests: Mapping[str, Any],
-        path: str,
-    ) -> DeviceRequest | None:
-        def read(name: str) -> _Resource:
-            return self.resource(name, limits, requests, path)
-
-        count = read(vendor.count_resource)
-        memory = read(vendor.memory_resource)
-        percentage = read(vendor.memory_percentage_resource)
-        cores = read(vendor.core_resource)
-
-        # The webhook writes the default count when a container sizes a GPU but does not count.
-        asks_for_device = memory.present or percentage.present or cores.present
-        if not count.present and asks_for_device and vendor.default_gpu_count > 0:
-            count = _Resource(present=True, integer=vendor.default_gpu_count)
-        if count.integer is None or count.integer <= 0:
-            return None
-        if count.integer > INT32_MAX:
-            self.add(
-                self._where(vendor.count_resource, limits, path),
-                f"must be at most {INT32_MAX} devices, got {count.integer}",
-            )
-            return None
-
-        memory_mib = 0
-        if memory.present:
-            # HAMi drops the whole request when memory is not a whole MiB count that fits int32
-            # after the factor: "24Gi" reads as 25769803776 MiB and the container gets no GPU.
-            # Kept as HAMi does it, because the device plugin will act on HAMi's reading.
-            ceiling = INT32_MAX // max(vendor.memory_factor, 1)
-            if memory.integer is None or not 0 <= memory.integer <= ceiling:
-                return None
-            memory_mib = memory.integer
-
-        memory_percent = 0
-        if percentage.integer is not None and percentage.integer > 0:
-            memory_percent = min(percentage.integer, WHOLE_CARD_PERCENT)
-        memory_from_default = False
-        if memory_percent == 0 and memory_mib == 0:
-            # HAMi's GenerateResourceRequests: nothing sizes the card, so the vendor's default
-            # memory, else the whole card (size_request reads the request the same way).
-            if vendor.default_memory_mib:
-                memory_mib = vendor.default_memory_mib
-                memory_from_default = True
-            else:
-                memory_percent = WHOLE_CARD_PERCENT
-
-        # The webhook's exclusive default: a bare count, or a whole card by percentage, is the
-        # whole device, so it also takes every core (no other pod may share it).
-        exclusive = not cores.present and (percentage.integer == 100 or not memory.present)
-        if exclusive:
-            core_percent = EXCLUSIVE_CORE_PERCENT
-        elif cores.integer is not None:
-            core_percent = cores.integer
-            if not 0 <= core_percent <= 100:
-                self.add(
-                    self._where(vendor.core_resource, limits, path),
-                    f"must be between 0 and 100 percent, got {core_percent}",
-                )
-                core_percent = 0
-        else:
-            core_percent = vendor.default_core_percent
-        return DeviceRequest(
-            vendor=vendor.vendor,
-            count=count.integer,
-            memory_mib=memory_mib,
-            memory_percent=memory_percent,
-            core_percent=core_percent,
-            memory_from_default=memory_from_default,
-        )
-
-    def resource(
-        self,
-        name: str,
-        limits: Mapping[str, Any],
-        requests: Mapping[str, Any],
-        path: str,
-    ) -> _Resource:
-        if name in limits:
-            value, where = limits[name], self._where(name, limits, path)
-        elif name in requests:
-            value, where = requests[name], f"{path}.requests[{quote(name)}]"
-        else:
-            return _ABSENT
-        try:
-            quantity = parse_quantity(value)
-        except ValueError as error:
-            self.add(where, str(error))
-            return _Resource(present=True)
-        return _Resource(present=True, integer=quantity_as_int64(quantity))
-
-    @staticmethod
-    def _where(name: str, limits: Mapping[str, Any], path: str) -> str:
-        section = "limits" if name in limits else "requests"
-        return f"{path}.{section}[{quote(name)}]"
 
     # -- status -------------------------------------------------------------------------------
 
@@ -451,37 +344,137 @@ class _Reader:
         return ContainerState.UNKNOWN, 0
 
 
-def parse_quantity(value: object) -> decimal.Decimal:
-    """Reads a Kubernetes quantity (a JSON string such as "24Gi", or a JSON number) exactly.
+@dataclass(frozen=True, slots=True)
+class _ContainerReading:
+    """Reads one container's request for one vendor: HAMi's GenerateResourceRequests after its
+    webhook defaults (hami-behaviour §3.2, §3.4), with every quantity read exactly.
 
-    Raises:
-        ValueError: the value is not a Kubernetes quantity.
+    A container that asks for a device is charged what it asks for or refused, naming the
+    container, the resource and the reading: a quantity is never read as 0 or as "no GPU"
+    because it is fractional, negative or too large. The exceptions are HAMi's own readings,
+    kept so a pod HAMi runs runs here: cores and memory percentages above 100 (however large)
+    read as 100, a percentage of 0 reads as unset.
     """
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValueError(f"must be a Kubernetes quantity, got {json_kind(value)}")
-    text = value if isinstance(value, str) else repr(value)
-    match = _QUANTITY.fullmatch(text) if len(text) <= _MAX_QUANTITY_CHARS else None
-    if match is None:
-        raise ValueError(f"must be a Kubernetes quantity such as 4096 or 24Gi, got {quote(text)}")
-    number = decimal.Decimal(match["number"])
-    suffix = match["suffix"] or ""
-    # Enough precision that no digit of the number is rounded; exponents are small integers.
-    context = decimal.Context(prec=_MAX_QUANTITY_CHARS + 40, Emax=10**6, Emin=-(10**6))
-    if suffix in _BINARY_SUFFIXES:
-        return context.multiply(number, decimal.Decimal(2 ** _BINARY_SUFFIXES[suffix]))
-    if suffix in _DECIMAL_SUFFIXES:
-        return number.scaleb(_DECIMAL_SUFFIXES[suffix], context)
-    if suffix:
-        exponent = int(suffix[1:])
-        if abs(exponent) > 1000:
-            # Way outside int64 either way; keep the arithmetic small.
-            exponent = 1000 if exponent > 0 else -1000
-        return number.scaleb(exponent, context)
-    return number
 
+    reader: _Reader
+    container: str
+    limits: Mapping[str, Any]
+    requests: Mapping[str, Any]
+    path: str
 
-def quantity_as_int64(quantity: decimal.Decimal) -> int | None:
-    """The quantity as an integer when it is whole and fits int64, else None (Go's AsInt64)."""
-    if abs(quantity) > _INT64_MAX or quantity != quantity.to_integral_value():
-        return None
-    return int(quantity)
+    def resource(self, name: str) -> _Resource:
+        if name in self.limits:
+            written, path = self.limits[name], f"{self.path}.limits[{quote(name)}]"
+        elif name in self.requests:
+            written, path = self.requests[name], f"{self.path}.requests[{quote(name)}]"
+        else:
+            return _ABSENT
+        try:
+            value: Decimal | None = quantity.parse_quantity(written)
+        except quantity.QuantityError as error:
+            self.reader.add(path, str(error))
+            value = None
+        return _Resource(name, value, written, path, present=True)
+
+    def refuse(self, resource: _Resource, problem: str) -> None:
+        """Reports a reading that cannot be charged, e.g. ``container "main": nvidia.com/gpumem
+        is in MiB: 2Gi reads as 2147483648 MiB, more than any device (at most 2147483647)``."""
+        self.reader.add(resource.path, f"container {quote(self.container)}: {problem}")
+
+    @staticmethod
+    def reading(resource: _Resource, unit: str = "") -> str:
+        """"2Gi reads as 2147483648 MiB": what was written (a quantity, so short and plain)
+        and its exact value."""
+        assert resource.value is not None
+        return f"{str(resource.written).strip()} reads as {quantity.describe(resource.value)}{unit}"
+
+    def whole(self, resource: _Resource, what: str, unit: str = "") -> int | None:
+        """The reading as a non-negative integer, or None (refused) when it is fractional or
+        negative."""
+        value = resource.value
+        if value is None:
+            return None
+        if not quantity.is_whole(value):
+            self.refuse(resource, f"{resource.name} {what}: {self.reading(resource, unit)}, "
+                                  "not a whole number")
+            return None
+        if value < 0:
+            self.refuse(resource, f"{resource.name} {what}: {self.reading(resource, unit)}, "
+                                  "below 0")
+            return None
+        return int(value)
+
+    def read(self, vendor: VendorResources) -> DeviceRequest | None:
+        count = self.resource(vendor.count_resource)
+        memory = self.resource(vendor.memory_resource)
+        percentage = self.resource(vendor.memory_percentage_resource)
+        cores = self.resource(vendor.core_resource)
+
+        # The webhook writes the default count when a container sizes a GPU but does not count.
+        asks_for_device = memory.present or percentage.present or cores.present
+        if count.present:
+            devices = self.whole(count, "counts whole devices")
+        elif asks_for_device and vendor.default_gpu_count > 0:
+            devices = vendor.default_gpu_count
+        else:
+            return None
+        if devices is None or devices == 0:
+            return None
+        if devices > MAX_DEVICES_PER_CONTAINER:
+            self.refuse(count, f"{count.name} counts whole devices: {self.reading(count)}, more "
+                               f"than any node can hold (at most {MAX_DEVICES_PER_CONTAINER})")
+            return None
+
+        memory_mib = 0
+        if memory.present:
+            # HAMi drops the whole request when the memory is not a whole MiB count that fits
+            # int32 after the factor: "24Gi" reads as 25769803776 MiB and the container gets no
+            # GPU, then fails on the node. Refused here instead, with the reading.
+            factor = max(vendor.memory_factor, 1)
+            read = self.whole(memory, "is in MiB", " MiB")
+            if read is None:
+                return None
+            ceiling = INT32_MAX // factor
+            if read > ceiling:
+                with_factor = f" with memory factor {factor}" if factor > 1 else ""
+                self.refuse(memory, f"{memory.name} is in MiB: {self.reading(memory, ' MiB')}, "
+                                    f"more than any device (at most {ceiling}{with_factor})")
+                return None
+            memory_mib = read
+
+        memory_percent = 0
+        raw_percent = None
+        if percentage.present:
+            raw_percent = self.whole(percentage, "is a percentage of a card", " percent")
+            if raw_percent is None:
+                return None
+            memory_percent = min(raw_percent, WHOLE_CARD_PERCENT)
+        memory_from_default = False
+        if memory_percent == 0 and memory_mib == 0:
+            # HAMi's GenerateResourceRequests: nothing sizes the card, so the vendor's default
+            # memory, else the whole card (size_request reads the request the same way).
+            if vendor.default_memory_mib:
+                memory_mib = vendor.default_memory_mib
+                memory_from_default = True
+            else:
+                memory_percent = WHOLE_CARD_PERCENT
+
+        # The webhook's exclusive default: a bare count, or a whole card by percentage, is the
+        # whole device, so it also takes every core (no other pod may share it).
+        if not cores.present:
+            exclusive = raw_percent == WHOLE_CARD_PERCENT or not memory.present
+            core_percent = EXCLUSIVE_CORE_PERCENT if exclusive else vendor.default_core_percent
+        else:
+            read = self.whole(cores, "is in percent of a card", " percent")
+            if read is None:
+                return None
+            # HAMi's Fit reads any core request above 100 as 100, the whole card's compute.
+            core_percent = min(read, WHOLE_CARD_PERCENT)
+        return DeviceRequest(
+            vendor=vendor.vendor,
+            count=devices,
+            memory_mib=memory_mib,
+            memory_percent=memory_percent,
+            core_percent=core_percent,
+            memory_from_default=memory_from_default,
+        )

@@ -47,6 +47,7 @@ from accounting.model import (
 )
 from accounting.pod import effective_usage
 from accounting.quota import check_usage, held_quantities
+from accounting.validate import MAX_QUOTA_LIMIT
 
 DEFAULT_MAX_TOMBSTONES = 100_000
 """Forgotten uids remembered (the most recent ones); see the module docstring for the bound."""
@@ -473,8 +474,11 @@ class Ledger:
         """Replaces a namespace's limits (keyed by resource name); used amounts are kept."""
         bad = Violations()
         for resource, value in limits.items():
-            if value < 0:
-                bad.add(f"limits[{resource!r}]", f"must be >= 0, got {value}")
+            if not 0 <= value <= MAX_QUOTA_LIMIT:
+                bad.add(
+                    f"limits[{resource!r}]",
+                    f"must be between 0 and {MAX_QUOTA_LIMIT}, got {value}",
+                )
         bad.raise_if_any()
         if limits:
             self._limits[namespace] = dict(limits)

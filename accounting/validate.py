@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from accounting.errors import FieldViolation, InvalidInputError
@@ -29,6 +30,24 @@ MAX_STATUSES = MAX_CONTAINERS
 """Entries of initContainerStatuses or containerStatuses."""
 MAX_DEVICES_PER_NODE = 256
 """Devices in one node inventory."""
+MAX_DEVICES_PER_CONTAINER = MAX_DEVICES_PER_NODE
+"""Devices one container may ask for: more than a node may register could never be placed."""
+MAX_GRANT_SLOTS = 65_536
+"""Sharing slots one grant may stand for (HAMi's deviceSplitCount is 10 by default)."""
+MAX_MEMORY_FACTOR = 65_536
+"""The largest memory factor (HAMi's memoryFactor; 1024 makes gpumem count GiB)."""
+MAX_QUOTA_LIMIT = 10**12
+"""The largest namespace limit of any resource (MiB, percent or devices): more than a cluster
+has, and small enough that limit × memory factor stays well inside int64.
+
+Why these maxima keep every number on the wire inside its int64 or int32 field: a pod has at
+most 256 containers, each at most 256 devices of at most 2^31 − 1 MiB, so its effective memory
+request times the largest memory factor is below 2^63; a limit times that factor is below 2^57;
+one pod's usage on one device (at most 256 × 64 grants) stays below 2^45 MiB, 2^22 percent and
+2^30 slots. Only totals over many pods (a node's or a namespace's used amounts) are unbounded
+in principle; they are reported saturated at the field's maximum, which no real cluster
+reaches."""
+INT64_MAX = 2**63 - 1
 MAX_ANNOTATIONS_BYTES = 256 * 1024
 """Kubernetes' own limit on the total size of a pod's annotations (keys plus values)."""
 MAX_REPORTED_VIOLATIONS = 100
@@ -48,7 +67,8 @@ def json_object(raw: bytes | str, path: str) -> dict[str, Any]:
         InvalidInputError: at ``path``: not JSON, nested too deeply, or not an object.
     """
     try:
-        document: object = json.loads(raw)
+        # Exact numbers: a Kubernetes quantity may be a JSON number, and 1e400 is no float.
+        document: object = json.loads(raw, parse_float=Decimal)
     except ValueError as error:  # UnicodeDecodeError included
         raise InvalidInputError.single(path, f"not valid JSON ({error})") from None
     except RecursionError:
@@ -79,6 +99,18 @@ def quote(text: str, limit: int = 80) -> str:
     if len(text) <= limit:
         return json.dumps(text)
     return f"{json.dumps(text[:limit])}… ({len(text)} characters)"
+
+
+def shown(value: object) -> str:
+    """A received JSON value for a message, kept short: strings quoted and shortened, numbers,
+    booleans and null as JSON writes them, objects and arrays by their kind only."""
+    if isinstance(value, str):
+        return quote(value)
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, dict | list):
+        return json_kind(value)
+    return quote(str(value))[1:-1]
 
 
 class BoundedViolations:
@@ -234,7 +266,7 @@ def check_grant(found: BoundedViolations, grant: DeviceGrant, path: str) -> None
     check_wire_text(found, path, "device_type", grant.device_type, required=False)
     check_range(found, path, "memory_mib", grant.memory_mib)
     check_range(found, path, "core_percent", grant.core_percent, high=100)
-    check_range(found, path, "slots", grant.slots)
+    check_range(found, path, "slots", grant.slots, high=MAX_GRANT_SLOTS)
 
 
 def _check_container(found: BoundedViolations, container: Container, path: str) -> None:
@@ -268,7 +300,7 @@ def _check_container(found: BoundedViolations, container: Container, path: str) 
 def _check_request(found: BoundedViolations, request: DeviceRequest, path: str) -> None:
     if not request.vendor:
         found.add(f"{path}.vendor", "must not be empty")
-    check_range(found, path, "count", request.count)
+    check_range(found, path, "count", request.count, high=MAX_DEVICES_PER_CONTAINER)
     check_range(found, path, "memory_mib", request.memory_mib)
     check_range(found, path, "memory_percent", request.memory_percent, high=100)
     check_range(found, path, "core_percent", request.core_percent, high=100)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from accounting.validate import MAX_MEMORY_FACTOR
 from services.common.config import (
     DEFAULT_USAGE_ADDR,
     CommonConfig,
@@ -75,7 +76,9 @@ class AdmissionConfig:
         problems: list[str] = []
         common = CommonConfig.for_service(env, "admission", problems=problems)
         usage_addr = env_addr(env, "USAGE_ADDR", DEFAULT_USAGE_ADDR, problems=problems)
-        memory_factor = env_int(env, "MEMORY_FACTOR", 1, problems=problems, minimum=1)
+        memory_factor = env_int(
+            env, "MEMORY_FACTOR", 1, problems=problems, minimum=1, maximum=MAX_MEMORY_FACTOR
+        )
         enforce_gpu_count = env_bool(env, "ENFORCE_GPU_COUNT", True, problems=problems)
         usage_cache = env_str(env, "USAGE_CACHE", USAGE_CACHE_WATCH, problems=problems).lower()
         if usage_cache not in USAGE_CACHE_MODES:

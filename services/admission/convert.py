@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
 from types import MappingProxyType
 from typing import Any
 
@@ -99,7 +100,7 @@ def pod_from_kubernetes(
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
     try:
-        document = json.loads(raw)
+        document = json.loads(raw, parse_float=Decimal)
     except (ValueError, UnicodeDecodeError, RecursionError):
         # Nested deeper than the stack: the common reader names it ("nested too deeply").
         return None
@@ -126,9 +127,9 @@ def vendor_request_to_pb(request: EffectiveRequest) -> types_pb2.VendorRequest:
 def check_item_to_pb(item: QuotaCheckItem) -> admission_pb2.QuotaCheckItem:
     return admission_pb2.QuotaCheckItem(
         resource=item.resource,
-        requested=item.requested,
-        used=item.used,
-        limit=item.limit,
+        requested=common.saturated(item.requested),
+        used=common.saturated(item.used),
+        limit=common.saturated(item.limit),
         limit_set=item.limit_set,
         exceeded=item.exceeded,
         enforced=item.enforced,

@@ -36,6 +36,7 @@ import ssl
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -86,7 +87,8 @@ def parse_review(body: bytes) -> Review:
         ReviewError: not JSON, not an AdmissionReview of a supported version, or no uid.
     """
     try:
-        document = json.loads(body)
+        # Exact numbers: a quantity may be a JSON number, and 1e400 is not a float.
+        document = json.loads(body, parse_float=Decimal)
     except (ValueError, UnicodeDecodeError) as error:
         raise ReviewError(f"body is not valid JSON ({error})") from None
     except RecursionError:

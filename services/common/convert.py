@@ -470,17 +470,28 @@ def node_from_source(request: usage_pb2.RegisterNodeRequest) -> kube_node.NodeRe
     )
 
 
+def saturated(value: int, high: int = validate.INT64_MAX) -> int:
+    """A total over many pods as its wire field can carry it: at most ``high``.
+
+    Every stored quantity is bounded (accounting.validate's maxima), so one pod's numbers always
+    fit; a node's or a namespace's total over pods is bounded only by how many pods there are,
+    and is reported saturated rather than failing the whole answer with INTERNAL. Saturating
+    is the safe side: a total at the maximum leaves no room, so nothing more fits or passes.
+    """
+    return value if value <= high else high
+
+
 def device_state_to_pb(state: DeviceState) -> types_pb2.DeviceState:
     device = state.device
     return types_pb2.DeviceState(
         uuid=device.uuid,
         device_type=device.device_type,
         memory_total_mib=device.memory_total_mib,
-        memory_used_mib=state.memory_used_mib,
+        memory_used_mib=saturated(state.memory_used_mib),
         cores_total=device.cores_total,
-        cores_used=state.cores_used,
+        cores_used=saturated(state.cores_used, validate.INT32_MAX),
         slots_total=device.slots_total,
-        slots_used=state.slots_used,
+        slots_used=saturated(state.slots_used, validate.INT32_MAX),
         healthy=device.healthy,
         index=device.index,
         numa=device.numa,
@@ -523,7 +534,10 @@ def node_usage_to_pb(
 
 def quota_item_to_pb(item: QuotaItem) -> types_pb2.QuotaItem:
     return types_pb2.QuotaItem(
-        resource=item.resource, used=item.used, limit=item.limit, limit_set=item.limit_set
+        resource=item.resource,
+        used=saturated(item.used),
+        limit=item.limit,
+        limit_set=item.limit_set,
     )
 
 

@@ -36,7 +36,7 @@ from google.rpc import (  # type: ignore[import-untyped]  # googleapis-common-pr
 from grpc_status import rpc_status
 from opentelemetry import trace
 
-from accounting.errors import AccountingError, InvalidInputError
+from accounting.errors import AccountingError, FieldViolation, InvalidInputError
 
 _LOG = logging.getLogger(__name__)
 
@@ -79,16 +79,41 @@ class MappedStatus:
     bad_request: error_details_pb2.BadRequest | None = None
 
 
+MAX_VIOLATION_CHARS = 1_500
+"""Characters of field violations (paths and messages) one INVALID_ARGUMENT carries, in its
+message and again in its BadRequest detail. A status travels in HTTP/2 trailers, and gRPC
+clients refuse metadata past 8 KiB (soft) or 16 KiB (hard): a hundred long violations (every
+container of a large pod refused) once came back as RESOURCE_EXHAUSTED "Stream removed"
+instead of the error. The first violations are kept and the rest counted."""
+
+
+def _kept_violations(error: InvalidInputError) -> tuple[list[FieldViolation], int]:
+    """The leading violations that fit ``MAX_VIOLATION_CHARS`` (at least one), and how many
+    were left out."""
+    kept: list[FieldViolation] = []
+    size = 0
+    for violation in error.violations:
+        size += len(violation.path) + len(violation.message) + 2
+        if kept and size > MAX_VIOLATION_CHARS:
+            break
+        kept.append(violation)
+    return kept, len(error.violations) - len(kept)
+
+
 def status_for(error: Exception) -> MappedStatus:
     """The gRPC status for an exception a servicer raised (pure; see the module table)."""
     if isinstance(error, InvalidInputError):
+        kept, left_out = _kept_violations(error)
+        if left_out:
+            kept.append(FieldViolation(kept[-1].path, f"and {left_out} more problems"))
         bad_request = error_details_pb2.BadRequest(
             field_violations=[
                 error_details_pb2.BadRequest.FieldViolation(field=v.path, description=v.message)
-                for v in error.violations
+                for v in kept
             ]
         )
-        return MappedStatus(grpc.StatusCode.INVALID_ARGUMENT, f"invalid request: {error}", True,
+        message = "; ".join(str(v) for v in kept)
+        return MappedStatus(grpc.StatusCode.INVALID_ARGUMENT, f"invalid request: {message}", True,
                             bad_request)
     if isinstance(error, NotFoundError):
         return MappedStatus(grpc.StatusCode.NOT_FOUND, str(error), True)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from accounting.fit import BINPACK, POLICIES, SPREAD
+from accounting.validate import MAX_MEMORY_FACTOR
 from services.common.config import (
     DEFAULT_USAGE_ADDR,
     CommonConfig,
@@ -87,7 +88,9 @@ class SchedulerConfig:
         usage_addr = env_addr(env, "USAGE_ADDR", DEFAULT_USAGE_ADDR, problems=problems)
         node_policy = _policy(env, "NODE_SCHEDULER_POLICY", BINPACK, problems)
         gpu_policy = _policy(env, "GPU_SCHEDULER_POLICY", SPREAD, problems)
-        memory_factor = env_int(env, "MEMORY_FACTOR", 1, problems=problems, minimum=1)
+        memory_factor = env_int(
+            env, "MEMORY_FACTOR", 1, problems=problems, minimum=1, maximum=MAX_MEMORY_FACTOR
+        )
         reserve_attempts = env_int(
             env,
             "RESERVE_ATTEMPTS",

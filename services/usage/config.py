@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from accounting.validate import MAX_MEMORY_FACTOR
 from services.common.config import (
     CommonConfig,
     env_bool,
@@ -107,7 +108,9 @@ class UsageConfig:
         if not lease_namespace:
             lease_namespace = _default_lease_namespace(namespace_file)
         identity = env_str(env, "POD_NAME", "", problems=problems) or socket.gethostname()
-        memory_factor = env_int(env, "MEMORY_FACTOR", 1, problems=problems, minimum=1)
+        memory_factor = env_int(
+            env, "MEMORY_FACTOR", 1, problems=problems, minimum=1, maximum=MAX_MEMORY_FACTOR
+        )
         journal_sync = env_str(env, "JOURNAL_SYNC", "normal", problems=problems).lower()
         if journal_sync not in SYNCHRONOUS_MODES:
             problems.append(

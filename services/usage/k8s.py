@@ -35,11 +35,12 @@ from kubernetes import client, config, watch
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from accounting import kube_node, kube_pod
+from accounting import kube_node, kube_pod, quantity
 from accounting.annotations import NODE_REGISTER_ANNOTATION, VGPU_NODE_ANNOTATION
 from accounting.errors import InvalidInputError
 from accounting.model import NVIDIA_RESOURCES, Device, Pod
 from accounting.quota import merge_quota_limits, quota_keys
+from accounting.validate import MAX_QUOTA_LIMIT
 
 __all__ = [
     "QUOTA_KEYS",
@@ -173,9 +174,9 @@ def api_client_from_mode(mode: str, kubeconfig: str | None) -> ApiClient | None:
 def quota_limits(quota: Mapping[str, Any]) -> dict[str, int]:
     """The GPU limits of one ResourceQuota object (decoded JSON), from ``spec.hard``.
 
-    Only ``QUOTA_KEYS`` are read. A value is taken as HAMi's ``Quantity.AsInt64`` takes it: a
-    whole number that fits int64, whatever its suffix ("24576", "24Ki", "2k"); anything else
-    ("1.5", "500m", "abc", a negative number) is skipped with a warning.
+    Only ``QUOTA_KEYS`` are read, as Kubernetes quantities (``accounting.quantity``): a whole
+    number from 0 to ``MAX_QUOTA_LIMIT`` (10^12), whatever its suffix ("24576", "24Ki", "2k");
+    anything else ("1.5", "500m", "abc", a negative number, "1e15") is skipped with a warning.
     """
     metadata = quota.get("metadata") or {}
     spec = quota.get("spec") or {}
@@ -186,17 +187,15 @@ def quota_limits(quota: Mapping[str, Any]) -> dict[str, int]:
     for key in QUOTA_KEYS:
         if key not in hard:
             continue
-        try:
-            value = kube_pod.quantity_as_int64(kube_pod.parse_quantity(hard[key]))
-        except ValueError:
-            value = None
-        if value is None or value < 0:
+        value = _whole_quantity(hard[key])
+        if value is None:
             logger.warning(
-                "ResourceQuota %s/%s: %s=%r is not a whole non-negative number; ignoring the key",
+                "ResourceQuota %s/%s: %s=%r is not a whole number from 0 to %d; ignoring the key",
                 metadata.get("namespace"),
                 metadata.get("name"),
                 key,
                 hard[key],
+                MAX_QUOTA_LIMIT,
                 extra={
                     "quota_namespace": metadata.get("namespace"),
                     "quota_name": metadata.get("name"),
@@ -205,6 +204,17 @@ def quota_limits(quota: Mapping[str, Any]) -> dict[str, int]:
             continue
         limits[key] = value
     return limits
+
+
+def _whole_quantity(written: object) -> int | None:
+    """A quantity that is a whole number between 0 and ``MAX_QUOTA_LIMIT``, else None."""
+    try:
+        value = quantity.parse_quantity(written)
+    except quantity.QuantityError:
+        return None
+    if 0 <= value <= MAX_QUOTA_LIMIT and quantity.is_whole(value):
+        return int(value)
+    return None
 
 
 # -- the source ----------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from accounting.model import (
     VendorResources,
 )
 from accounting.quota import quota_items_from_limits, quota_keys
-from accounting.validate import validate_devices
+from accounting.validate import MAX_QUOTA_LIMIT, validate_devices
 from services.common import metrics, telemetry
 from services.common.errors import DependencyUnavailableError
 from services.usage.journal import (
@@ -573,7 +573,8 @@ class UsageStore:
         (``limits.nvidia.com/gpumem``); empty limits unset them all.
 
         Raises:
-            InvalidInputError: no namespace, an unknown key or a negative limit, each named.
+            InvalidInputError: no namespace, an unknown key, or a limit outside
+                0..``MAX_QUOTA_LIMIT``, each named.
             DependencyUnavailableError: the journal write failed; nothing changed.
         """
         found = Violations()
@@ -586,8 +587,10 @@ class UsageStore:
                 if key not in known:
                     found.add(f"limits[{key!r}]", f"unknown quota key; expected one of {known}")
         for key, value in sorted(limits.items()):
-            if value < 0:
-                found.add(f"limits[{key!r}]", f"must be >= 0, got {value}")
+            if not 0 <= value <= MAX_QUOTA_LIMIT:
+                found.add(
+                    f"limits[{key!r}]", f"must be between 0 and {MAX_QUOTA_LIMIT}, got {value}"
+                )
         found.raise_if_any()
         with self._lock:
             previous = self._ledger.limits(namespace)

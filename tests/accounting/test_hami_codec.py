@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from accounting import hami_codec
 from accounting.errors import InvalidInputError
 from accounting.model import Device, DeviceGrant
+from accounting.validate import MAX_GRANT_SLOTS
 
 ALLOCATED = 'annotations["hami.io/vgpu-devices-allocated"]'
 REGISTER = 'annotations["hami.io/node-nvidia-register"]'
@@ -166,6 +167,11 @@ BAD_DECODE_CASES = [
         [f"{ALLOCATED}[0][0].core_percent"],
     ),
     BadDecodeCase(
+        "slots beyond the documented maximum are rejected",
+        "A,NVIDIA,1,1,65537:;",
+        [f"{ALLOCATED}[0][0].slots"],
+    ),
+    BadDecodeCase(
         "a negative or non-numeric fifth field is rejected (#2877)",
         "A,NVIDIA,1,1,-3:;B,NVIDIA,1,1,x:;",
         [f"{ALLOCATED}[0][0].slots", f"{ALLOCATED}[1][0].slots"],
@@ -288,7 +294,7 @@ _GRANTS = st.builds(
     device_type=st.one_of(st.just("NVIDIA"), _WIRE_TEXT),
     memory_mib=st.integers(0, 2**31 - 1),
     core_percent=st.integers(0, 100),
-    slots=st.integers(0, 2**31 - 1),
+    slots=st.integers(0, MAX_GRANT_SLOTS),
 )
 _PER_CONTAINER = st.lists(st.lists(_GRANTS, max_size=4), max_size=8)
 

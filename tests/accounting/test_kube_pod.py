@@ -3,29 +3,30 @@
 from __future__ import annotations
 
 import copy
-import decimal
 import json
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kubernetes.utils.quantity import parse_quantity as kubernetes_parse_quantity
 
 from accounting import kube_pod
 from accounting.errors import InvalidInputError
+from accounting.fit import NodeState, fit_node
 from accounting.model import (
     NVIDIA_RESOURCES,
     ContainerClass,
     ContainerState,
     ContainerStatus,
+    Device,
     DeviceGrant,
     DeviceRequest,
+    DeviceState,
     PodPhase,
     VendorResources,
 )
+from accounting.quantity import parse_quantity
 
 ALLOCATED_KEY = "hami.io/vgpu-devices-allocated"
 ALLOCATED_PATH = 'metadata.annotations["hami.io/vgpu-devices-allocated"]'
@@ -255,38 +256,56 @@ REQUEST_CASES = [
         want=nvidia(2, memory_percent=40, core_percent=25),
     ),
     RequestCase(
-        "24Gi reads as 25769803776 MiB, above int32, so HAMi drops the whole request",
-        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "24Gi", "nvidia.com/gpucores": "30"},
-    ),
-    RequestCase(
-        "a fractional memory drops the whole request",
-        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1.5"},
-    ),
-    RequestCase(
-        "a negative memory drops the whole request",
-        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "-1"},
-    ),
-    RequestCase(
-        "memory is bounded by int32 divided by the memory factor",
-        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "536870912"},
-        vendor=VendorResources(memory_factor=4),
-    ),
-    RequestCase(
-        "memory is stored before the memory factor",
-        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "536870911"},
-        want=nvidia(1, memory_mib=536870911),
-        vendor=VendorResources(memory_factor=4),
-    ),
-    RequestCase(
-        "a count that is not a whole number means no GPU",
-        {"nvidia.com/gpu": "500m", "nvidia.com/gpumem": "1000"},
-    ),
-    RequestCase(
         "a count of 2000m is the whole number 2",
         {"nvidia.com/gpu": "2000m", "nvidia.com/gpumem": "1000"},
         want=nvidia(2, memory_mib=1000),
     ),
     RequestCase("a count of zero means no GPU", {"nvidia.com/gpu": "0"}),
+    RequestCase(
+        "cores above 100 read as 100, the whole card's compute (HAMi's Fit)",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "512", "nvidia.com/gpucores": "120"},
+        want=nvidia(1, memory_mib=512, core_percent=100),
+    ),
+    RequestCase(
+        "cores however large read as 100: an exponent beyond int64",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "1e400"},
+        want=nvidia(1, memory_mib=1000, core_percent=100),
+    ),
+    RequestCase(
+        "cores however large read as 100: an integer the API server accepts, capped at int64",
+        {
+            "nvidia.com/gpu": "1",
+            "nvidia.com/gpumem": "1000",
+            "nvidia.com/gpucores": "9999999999999Gi",
+        },
+        want=nvidia(1, memory_mib=1000, core_percent=100),
+    ),
+    RequestCase(
+        "cores written with an exponent are read exactly",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "0.3e2"},
+        want=nvidia(1, memory_mib=1000, core_percent=30),
+    ),
+    RequestCase(
+        "memory written with a binary suffix is the number of MiB it reads as",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1Ki"},
+        want=nvidia(1, memory_mib=1024),
+    ),
+    RequestCase(
+        "memory up to int32 divided by the memory factor",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "536870911"},
+        want=nvidia(1, memory_mib=536870911),
+        vendor=VendorResources(memory_factor=4),
+    ),
+    RequestCase(
+        "a percentage however large reads as a whole card",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "1e30", "nvidia.com/gpucores": "5"},
+        want=nvidia(1, memory_percent=100, core_percent=5),
+    ),
+    RequestCase(
+        "as many devices as a node may register",
+        {"nvidia.com/gpu": "256", "nvidia.com/gpumem": "1000"},
+        want=nvidia(256, memory_mib=1000),
+    ),
     RequestCase(
         "JSON numbers are quantities too",
         {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4096, "nvidia.com/gpucores": 50},
@@ -317,6 +336,170 @@ def test_requests_follow_hami(case: RequestCase) -> None:
     obj = pod_obj(apps=[container("main", limits=case.limits, requests=case.requests)])
     pod = kube_pod.parse_pod(obj, vendors=(case.vendor,))
     assert pod.containers[0].requests == case.want
+
+
+@dataclass(frozen=True)
+class RefusedCase:
+    name: str
+    limits: dict[str, Any]
+    want: str
+    """The one violation: path, then the message naming container, resource and reading."""
+    vendor: VendorResources = NVIDIA_RESOURCES
+    requests: dict[str, Any] | None = None
+
+
+def _limit(resource: str) -> str:
+    return f'spec.containers[0].resources.limits["{resource}"]: container "main": '
+
+
+REFUSED_CASES = [
+    # Issue 15: each of these used to read as 0 cores and pass the core quota.
+    RefusedCase(
+        "cores in milli-units are not a whole percent",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "1500m"},
+        _limit("nvidia.com/gpucores")
+        + "nvidia.com/gpucores is in percent of a card: 1500m reads as 1.5 percent, "
+        "not a whole number",
+    ),
+    RefusedCase(
+        "fractional cores",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "1.5"},
+        _limit("nvidia.com/gpucores")
+        + "nvidia.com/gpucores is in percent of a card: 1.5 reads as 1.5 percent, "
+        "not a whole number",
+    ),
+    RefusedCase(
+        "negative cores",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "-5"},
+        _limit("nvidia.com/gpucores")
+        + "nvidia.com/gpucores is in percent of a card: -5 reads as -5 percent, below 0",
+    ),
+    # Issue 15: each of these used to make the whole request vanish (NoGpuRequest).
+    RefusedCase(
+        "memory in Gi is read as that many MiB, more than any device",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2Gi"},
+        _limit("nvidia.com/gpumem")
+        + "nvidia.com/gpumem is in MiB: 2Gi reads as 2147483648 MiB, more than any device "
+        "(at most 2147483647)",
+    ),
+    RefusedCase(
+        "memory written with an exponent",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1e10"},
+        _limit("nvidia.com/gpumem")
+        + "nvidia.com/gpumem is in MiB: 1e10 reads as 10000000000 MiB, more than any device "
+        "(at most 2147483647)",
+    ),
+    RefusedCase(
+        "memory the API server caps at int64",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "9999999999999Gi"},
+        _limit("nvidia.com/gpumem")
+        + "nvidia.com/gpumem is in MiB: 9999999999999Gi reads as 9223372036854775807 MiB, "
+        "more than any device (at most 2147483647)",
+    ),
+    RefusedCase(
+        "memory above int32 divided by the memory factor",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "536870912"},
+        _limit("nvidia.com/gpumem")
+        + "nvidia.com/gpumem is in MiB: 536870912 reads as 536870912 MiB, more than any "
+        "device (at most 536870911 with memory factor 4)",
+        vendor=VendorResources(memory_factor=4),
+    ),
+    RefusedCase(
+        "fractional memory",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1.5"},
+        _limit("nvidia.com/gpumem")
+        + "nvidia.com/gpumem is in MiB: 1.5 reads as 1.5 MiB, not a whole number",
+    ),
+    RefusedCase(
+        "negative memory",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "-1"},
+        _limit("nvidia.com/gpumem") + "nvidia.com/gpumem is in MiB: -1 reads as -1 MiB, below 0",
+    ),
+    RefusedCase(
+        "a fractional percentage",
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50500m"},
+        _limit("nvidia.com/gpumem-percentage")
+        + "nvidia.com/gpumem-percentage is a percentage of a card: 50500m reads as "
+        "50.5 percent, not a whole number",
+    ),
+    RefusedCase(
+        "a count in milli-units that is not a whole device",
+        {"nvidia.com/gpu": "500m", "nvidia.com/gpumem": "1000"},
+        _limit("nvidia.com/gpu") + "nvidia.com/gpu counts whole devices: 500m reads as 0.5, "
+        "not a whole number",
+    ),
+    RefusedCase(
+        "a negative count",
+        {"nvidia.com/gpu": "-1"},
+        _limit("nvidia.com/gpu") + "nvidia.com/gpu counts whole devices: -1 reads as -1, below 0",
+    ),
+    RefusedCase(
+        "more devices than a node may register",
+        {"nvidia.com/gpu": "1e400", "nvidia.com/gpumem": "1000"},
+        _limit("nvidia.com/gpu") + "nvidia.com/gpu counts whole devices: 1e400 reads as "
+        "1e+400, more than any node can hold (at most 256)",
+    ),
+    RefusedCase(
+        "a refusal read from requests names the requests",
+        {},
+        'spec.containers[0].resources.requests["nvidia.com/gpucores"]: container "main": '
+        "nvidia.com/gpucores is in percent of a card: 1500m reads as 1.5 percent, "
+        "not a whole number",
+        requests={"nvidia.com/gpu": "1", "nvidia.com/gpucores": "1500m"},
+    ),
+    RefusedCase(
+        "a JSON number is read like a string",
+        {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 2.5},
+        _limit("nvidia.com/gpumem")
+        + "nvidia.com/gpumem is in MiB: 2.5 reads as 2.5 MiB, not a whole number",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", REFUSED_CASES, ids=lambda case: case.name)
+def test_a_request_is_charged_as_asked_or_refused(case: RefusedCase) -> None:
+    obj = pod_obj(apps=[container("main", limits=case.limits, requests=case.requests)])
+    with pytest.raises(InvalidInputError) as raised:
+        kube_pod.parse_pod(obj, vendors=(case.vendor,))
+    assert [str(violation) for violation in raised.value.violations] == [case.want]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    resource=st.sampled_from(
+        ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage",
+         "nvidia.com/gpucores"]
+    ),
+    text=st.one_of(
+        st.from_regex(
+            r"[+-]?[0-9]{0,25}(\.[0-9]{0,12})?([eE][+-]?[0-9]{1,4}|[numkMGTPE]|[KMGTPE]i)?",
+            fullmatch=True,
+        ),
+        st.integers(-(10**30), 10**30).map(str),
+    ),
+)
+def test_no_quantity_reads_as_no_gpu_or_zero_cores(resource: str, text: str) -> None:
+    """Whatever one GPU resource says, a container that counts a device is charged a device
+    with what it asks, or the pod is refused naming that resource; never "no GPU", and cores
+    are 0 only when written as a whole number 0."""
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "10"}
+    limits[resource] = text
+    obj = pod_obj(apps=[container("main", limits=limits)])
+    try:
+        pod = kube_pod.parse_pod(obj)
+    except InvalidInputError as error:
+        assert [v.path for v in error.violations] == [
+            f'spec.containers[0].resources.limits["{resource}"]'
+        ]
+        return
+    value = parse_quantity(text)
+    if resource == "nvidia.com/gpu" and value == 0:
+        assert pod.containers[0].requests == ()
+        return
+    (request,) = pod.containers[0].requests
+    assert request.count >= 1
+    if request.core_percent == 0:
+        assert resource == "nvidia.com/gpucores" and value == 0
 
 
 def test_each_vendor_gets_its_own_request() -> None:
@@ -537,31 +720,33 @@ BAD_POD_CASES = [
         ],
     ),
     BadPodCase(
-        "a quantity Kubernetes would not accept, and cores above a whole device",
+        "a quantity Kubernetes would not accept, and cores that are not a whole percent",
         _broken(
             _many(
                 _set(["spec", "containers", 0, "resources", "limits", "nvidia.com/gpumem"], "lots"),
                 _set(
                     ["spec", "initContainers", 0, "resources"],
-                    {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"}},
+                    {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150m"}},
                 ),
             )
         ),
         [
-            'spec.initContainers[0].resources.limits["nvidia.com/gpucores"]: '
-            "must be between 0 and 100 percent, got 150",
+            'spec.initContainers[0].resources.limits["nvidia.com/gpucores"]: container "fetch": '
+            "nvidia.com/gpucores is in percent of a card: 150m reads as 0.15 percent, "
+            "not a whole number",
             'spec.containers[0].resources.limits["nvidia.com/gpumem"]: '
-            'must be a Kubernetes quantity such as 4096 or 24Gi, got "lots"',
+            'must be a Kubernetes quantity such as 4096, 24Gi or 1500m, got "lots"',
         ],
     ),
     BadPodCase(
-        "a count above int32",
+        "a count above what a node may register",
         _broken(
             _set(["spec", "containers", 0, "resources", "limits", "nvidia.com/gpu"], "3000000000")
         ),
         [
-            'spec.containers[0].resources.limits["nvidia.com/gpu"]: '
-            "must be at most 2147483647 devices, got 3000000000"
+            'spec.containers[0].resources.limits["nvidia.com/gpu"]: container "main": '
+            "nvidia.com/gpu counts whole devices: 3000000000 reads as 3000000000, more than "
+            "any node can hold (at most 256)"
         ],
     ),
     BadPodCase(
@@ -646,50 +831,72 @@ def test_parse_pod_json_prefixes_paths_and_refuses_invalid_json() -> None:
     assert str(raised.value) == "kubernetes_pod_json.metadata.uid: must not be empty"
 
 
-# -- quantities -----------------------------------------------------------------------------------
+# -- HAMi's core cap, end to end ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("text", "want"),
-    [
-        ("4096", 4096),
-        ("24Gi", 25769803776),
-        ("1Ki", 1024),
-        ("2000m", 2),
-        ("1k", 1000),
-        ("1e3", 1000),
-        ("1E", 10**18),
-        ("+5", 5),
-        ("1.5", None),
-        ("500m", None),
-        ("10Ei", None),
-    ],
-    ids=lambda value: repr(value),
-)
-def test_quantity_as_int64(text: str, want: int | None) -> None:
-    assert kube_pod.quantity_as_int64(kube_pod.parse_quantity(text)) == want
+@dataclass(frozen=True)
+class HamiFitCase:
+    """A HAMi Fit test case, as data: one device (HAMi's DeviceUsage fields), one container's
+    resources, and what HAMi answers."""
+
+    source: str
+    device: dict[str, int]
+    limits: dict[str, str]
+    want_reason: str
+    """"" when it fits, else HAMi's reason for the device."""
+    want_core_percent: int = 0
+    """The cores HAMi grants on the device when it fits."""
 
 
-@pytest.mark.parametrize("text", ["", "abc", "1 Gi", "1KI", "1ki", "Gi", "1e", "--1", "1.2.3"])
-def test_malformed_quantities_are_refused(text: str) -> None:
-    with pytest.raises(ValueError, match="Kubernetes quantity"):
-        kube_pod.parse_quantity(text)
+HAMI_CORE_CAP_CASES = [
+    HamiFitCase(
+        # HAMi pkg/device/nvidia/device_test.go, TestDevices_Fit,
+        # "fit success: but core limit can't exceed 100": Coresreq 120 fits, granted as 100.
+        "TestDevices_Fit: fit success: but core limit can't exceed 100",
+        {"Used": 0, "Count": 100, "Usedmem": 0, "Totalmem": 1280, "Totalcore": 100,
+         "Usedcores": 0},
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "512", "nvidia.com/gpucores": "120"},
+        "",
+        want_core_percent=100,
+    ),
+    HamiFitCase(
+        # HAMi pkg/scheduler/score_test.go, Test_fitInCertainDevice, "core limit exceed 100":
+        # Coresreq 200 is read as 100, more than the device's 4 - 1 free cores.
+        "Test_fitInCertainDevice: core limit exceed 100",
+        {"Used": 1, "Count": 4, "Usedmem": 2048, "Totalmem": 8192, "Totalcore": 4,
+         "Usedcores": 1},
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024", "nvidia.com/gpucores": "200"},
+        "1/1 CardInsufficientCore",
+    ),
+]
 
 
-_SUFFIXES = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E"]
+@pytest.mark.parametrize("case", HAMI_CORE_CAP_CASES, ids=lambda case: case.source)
+def test_cores_above_100_fit_as_hami_fits_them(case: HamiFitCase) -> None:
+    pod = kube_pod.parse_pod(pod_obj(apps=[container("main", limits=case.limits)]))
+    d = case.device
+    device = Device("dev-0", "NVIDIA A10", 0, d["Count"], d["Totalmem"], d["Totalcore"])
+    node = NodeState("node1", (DeviceState(device, d["Usedmem"], d["Usedcores"], d["Used"]),))
+    fitted = fit_node(pod, node)
+    assert fitted.reason == case.want_reason
+    if not case.want_reason:
+        (grant,) = fitted.grants[0]
+        assert (grant.uuid, grant.core_percent) == ("dev-0", case.want_core_percent)
 
 
-@settings(max_examples=500)
-@given(
-    whole=st.integers(0, 10**12),
-    fraction=st.one_of(st.none(), st.integers(0, 999_999).map(str)),
-    suffix=st.sampled_from(_SUFFIXES),
-)
-def test_parse_quantity_agrees_with_the_kubernetes_client(
-    whole: int, fraction: str | None, suffix: str
-) -> None:
-    text = f"{whole}.{fraction}{suffix}" if fraction is not None else f"{whole}{suffix}"
-    # The client multiplies in the current decimal context; give it room to be exact.
-    with decimal.localcontext(prec=100):
-        want = Decimal(kubernetes_parse_quantity(text))
-    assert kube_pod.parse_quantity(text) == want
+def test_json_numbers_are_read_exactly_and_reported_short() -> None:
+    limits = {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 1}
+    obj = pod_obj(apps=[container("main", limits=limits)])
+    obj["status"] = {"containerStatuses": [{"name": "main", "restartCount": 1.5}]}
+    raw = json.dumps(obj).replace('"nvidia.com/gpucores": 1', '"nvidia.com/gpucores": 1e400')
+    with pytest.raises(InvalidInputError) as raised:
+        kube_pod.parse_pod_json(raw)
+    # 1e400 is not a float overflowing to inf: it is read exactly, as cores above 100.
+    assert [str(v) for v in raised.value.violations] == [
+        "kubernetes_pod_json.status.containerStatuses[0].restartCount: "
+        "must be an integer between 0 and 2147483647, got 1.5"
+    ]
+    obj["status"] = {}
+    raw = json.dumps(obj).replace('"nvidia.com/gpucores": 1', '"nvidia.com/gpucores": 1e400')
+    pod = kube_pod.parse_pod_json(raw)
+    assert pod.containers[0].requests[0].core_percent == 100

@@ -19,7 +19,12 @@ from accounting.model import (
     DeviceRequest,
     Pod,
 )
-from accounting.validate import validate_devices, validate_pod
+from accounting.validate import (
+    MAX_DEVICES_PER_CONTAINER,
+    MAX_GRANT_SLOTS,
+    validate_devices,
+    validate_pod,
+)
 
 INT32_MAX = 2_147_483_647
 
@@ -85,8 +90,8 @@ BAD_POD_CASES = [
             grants=(DeviceGrant("GPU-0", "NVIDIA", INT32_MAX + 1, 101, INT32_MAX + 1),),
         ),
         [
-            f"pod.containers[2].requests[0].count: must be between 0 and {INT32_MAX}, "
-            f"got {INT32_MAX + 1}",
+            f"pod.containers[2].requests[0].count: must be between 0 and "
+            f"{MAX_DEVICES_PER_CONTAINER}, got {INT32_MAX + 1}",
             f"pod.containers[2].requests[0].memory_mib: must be between 0 and {INT32_MAX}, "
             f"got {INT32_MAX + 1}",
             "pod.containers[2].requests[0].memory_percent: must be between 0 and 100, got 101",
@@ -94,7 +99,7 @@ BAD_POD_CASES = [
             f"pod.containers[2].grants[0].memory_mib: must be between 0 and {INT32_MAX}, "
             f"got {INT32_MAX + 1}",
             "pod.containers[2].grants[0].core_percent: must be between 0 and 100, got 101",
-            f"pod.containers[2].grants[0].slots: must be between 0 and {INT32_MAX}, "
+            f"pod.containers[2].grants[0].slots: must be between 0 and {MAX_GRANT_SLOTS}, "
             f"got {INT32_MAX + 1}",
         ],
     ),
@@ -220,7 +225,7 @@ _VALID_GRANTS = st.builds(
     device_type=st.just("NVIDIA"),
     memory_mib=st.integers(0, INT32_MAX),
     core_percent=st.integers(0, 100),
-    slots=st.integers(0, INT32_MAX),
+    slots=st.integers(0, MAX_GRANT_SLOTS),
 )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import grpc
 import pytest
 from admission_support import (
+    Recorder,
     StartAdmission,
     StartRecorder,
     checker,
@@ -111,6 +112,42 @@ def test_a_malformed_kubernetes_pod_names_the_field(admission: AdmissionDaemon) 
     assert 'kubernetes_pod_json.spec.containers[0].resources.limits["nvidia.com/gpumem"]' in (
         violations
     )
+
+
+# Issue 15: each of these once read as 0 cores (passing the core quota) or as no GPU at all
+# (NoGpuRequest, admitted). Now INVALID_ARGUMENT naming the field, the container and the reading.
+_QUOTA_BYPASS_TEXTS = [
+    ("nvidia.com/gpucores", "1e400", None),
+    ("nvidia.com/gpucores", "1500m", "1500m reads as 1.5 percent, not a whole number"),
+    ("nvidia.com/gpucores", "1.5", "1.5 reads as 1.5 percent, not a whole number"),
+    ("nvidia.com/gpumem", "2Gi", "2Gi reads as 2147483648 MiB, more than any device"),
+    ("nvidia.com/gpumem", "1e10", "1e10 reads as 10000000000 MiB, more than any device"),
+    ("nvidia.com/gpumem", "9999999999999Gi",
+     "9999999999999Gi reads as 9223372036854775807 MiB, more than any device"),
+]
+
+
+@pytest.mark.parametrize(("resource", "text", "reading"), _QUOTA_BYPASS_TEXTS)
+def test_a_quantity_is_charged_as_asked_or_refused_with_its_reading(
+    admission: AdmissionDaemon, recorder: Recorder, resource: str, text: str, reading: str | None
+) -> None:
+    recorder.set_quota("team-q", mib=1_000_000, cores=50)
+    spec = container("server", 1000, cores=10)
+    spec["resources"]["limits"][resource] = text
+    pod = kube_pod("p", "team-q", apps=[spec])
+
+    if reading is None:
+        # Cores however large read as 100, as HAMi does: charged, so over a 50 % core quota.
+        with client_channel(admission.target) as channel:
+            response = checker(channel)(json_request(pod))
+        assert (response.allowed, response.reason) == (False, "CoreQuotaExceeded")
+        return
+    error = _call(admission.target, json_request(pod))
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    field = f'kubernetes_pod_json.spec.containers[0].resources.limits["{resource}"]'
+    message = _violations(error)[field]
+    assert message.startswith(f'container "server": {resource} ')
+    assert reading in message
 
 
 @pytest.mark.parametrize(

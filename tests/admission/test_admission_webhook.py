@@ -189,6 +189,23 @@ def test_a_malformed_pod_is_denied_400_naming_the_field(send: Any) -> None:
     assert 'request.object.spec.containers[1].resources.limits["nvidia.com/gpumem"]' in message
 
 
+def test_a_quantity_that_cannot_be_charged_is_denied_with_its_reading(send: Any) -> None:
+    # Issue 15: "2Gi" of gpumem once made the request vanish and the pod was allowed.
+    spec = container("server", 1000)
+    spec["resources"]["limits"]["nvidia.com/gpumem"] = "2Gi"
+    pod = kube_pod("big", "wh-quantity", apps=[spec])
+
+    answer = send(review(pod, uid="big-pod"))
+
+    response = answer.body["response"]
+    assert (response["allowed"], response["status"]["code"]) == (False, 400)
+    assert response["status"]["message"] == (
+        'invalid pod: request.object.spec.containers[0].resources.limits["nvidia.com/gpumem"]: '
+        'container "server": nvidia.com/gpumem is in MiB: 2Gi reads as 2147483648 MiB, more '
+        "than any device (at most 2147483647)"
+    )
+
+
 def test_a_review_without_a_pod_object_is_denied_400(send: Any) -> None:
     answer = send(review(None, uid="no-object"))
 

@@ -150,9 +150,10 @@ TYPED_POISONS: dict[str, Poison] = {
         rng, pod, memory_mib=rng.choice((-1, -(2**63), INT32_MAX + 1, INT64_MAX))),
     "grant cores": lambda rng, pod: _add_grant(
         rng, pod, core_percent=rng.choice((-1, 101, INT32_MAX, -(2**31)))),
-    "grant slots": lambda rng, pod: _add_grant(rng, pod, slots=rng.choice((-1, -(2**31)))),
+    "grant slots": lambda rng, pod: _add_grant(
+        rng, pod, slots=rng.choice((-1, -(2**31), 65_537, INT32_MAX))),
     "request count": lambda rng, pod: _some_container(rng, pod).requests.add(
-        vendor="NVIDIA", count=rng.choice((-1, -(2**31)))),
+        vendor="NVIDIA", count=rng.choice((-1, -(2**31), 257, INT32_MAX))),
     "request memory": lambda rng, pod: _some_container(rng, pod).requests.add(
         vendor="NVIDIA", count=1, memory_mib=rng.choice((-1, INT64_MAX, INT32_MAX + 1))),
     "request percent": lambda rng, pod: _some_container(rng, pod).requests.add(
@@ -297,11 +298,19 @@ JSON_POISONS: dict[str, JsonPoison] = {
     "bad quantity": lambda rng, obj: _spec_containers(obj)[0].setdefault(
         "resources", {}).setdefault("limits", {}).update({
             rng.choice(("nvidia.com/gpumem", "nvidia.com/gpu", "nvidia.com/gpucores")):
-            rng.choice(("12Zi", "-", "NaN", "1e", "0x10", "", "1 Gi", [], {"v": 1}, True))})
+            rng.choice(("12Zi", "--1", "NaN", "1e", "0x10", "", "1 Gi", [], {"v": 1}, True))})
         or None,
-    "cores over 100": lambda rng, obj: _spec_containers(obj)[0].update(resources={"limits": {
-        "nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024",
-        "nvidia.com/gpucores": str(rng.randint(101, 10**6))}}) or None,
+    # Quantities that once read as 0 cores or as no GPU (issue 15): refused with their reading.
+    "cores not a whole percent": lambda rng, obj: _spec_containers(obj)[0].update(resources={
+        "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024",
+                   "nvidia.com/gpucores": rng.choice(("1500m", "1.5", "-5", "0.5e0", "1n"))}})
+        or None,
+    "memory beyond any device": lambda rng, obj: _spec_containers(obj)[0].update(resources={
+        "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": rng.choice(
+            ("2Gi", "1e10", "9999999999999Gi", "2147483648", "-1", "1.5"))}}) or None,
+    "count not whole devices": lambda rng, obj: _spec_containers(obj)[0].update(resources={
+        "limits": {"nvidia.com/gpu": rng.choice(("500m", "1.5", "-1", "257", "1e400"))}})
+        or None,
     "not json": lambda rng, obj: rng.choice((
         b"", b"{", b"null", b"[]", b"123", b'"pod"', b"\xff\xfe\xfd",
         b'{"metadata":{"uid":"\xff"}}',
@@ -406,6 +415,9 @@ def poisoned_quota(rng: random.Random) -> tuple[usage_pb2.SetQuotaRequest, str]:
         limits[rng.choice(("limits.nvidia.com/gpumemory", "requests.nvidia.com/gpu", "",
                            *ODD_TEXT))[:300]] = 1
         return usage_pb2.SetQuotaRequest(namespace=NAMESPACE, limits=limits), "quota key"
+    if rng.random() < 0.5:
+        limits[rng.choice(sorted(limits))] = rng.choice((10**12 + 1, 2**62, INT64_MAX))
+        return usage_pb2.SetQuotaRequest(namespace=NAMESPACE, limits=limits), "quota too large"
     limits[rng.choice(sorted(limits))] = rng.choice((-1, -(2**63)))
     return usage_pb2.SetQuotaRequest(namespace=NAMESPACE, limits=limits), "quota negative"
 

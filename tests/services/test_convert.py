@@ -25,6 +25,7 @@ from accounting.model import (
     PodPhase,
     QuotaItem,
 )
+from accounting.validate import MAX_DEVICES_PER_CONTAINER, MAX_GRANT_SLOTS
 from hami.accounting.v1 import admission_pb2, scheduler_pb2, types_pb2, usage_pb2
 from services.common import convert
 
@@ -79,7 +80,7 @@ _NAMES = st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True)
 _REQUESTS = st.builds(
     DeviceRequest,
     vendor=st.just("NVIDIA"),
-    count=st.integers(0, INT32_MAX),
+    count=st.integers(0, MAX_DEVICES_PER_CONTAINER),
     memory_mib=st.integers(0, INT32_MAX),
     memory_percent=st.integers(0, 100),
     core_percent=st.integers(0, 100),
@@ -90,7 +91,7 @@ _GRANTS = st.builds(
     device_type=st.sampled_from(["NVIDIA", ""]),
     memory_mib=st.integers(0, INT32_MAX),
     core_percent=st.integers(0, 100),
-    slots=st.integers(0, INT32_MAX),
+    slots=st.integers(0, MAX_GRANT_SLOTS),
 )
 _STATUSES = st.builds(
     ContainerStatus,

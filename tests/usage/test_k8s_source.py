@@ -464,6 +464,7 @@ def test_a_quota_without_gpu_keys_sets_nothing_until_it_gains_one(harness: Harne
         ({MEM: "lots"}, {}),
         ({MEM: "-5"}, {}),
         ({MEM: "99999999999999999999"}, {}),
+        ({MEM: "1e12", CORES: "1000000000001"}, {MEM: 10**12}),
         ({"requests.nvidia.com/gpumem": "1", "nvidia.com/gpucores": "1", "cpu": "2"}, {}),
     ],
     ids=[
@@ -476,6 +477,7 @@ def test_a_quota_without_gpu_keys_sets_nothing_until_it_gains_one(harness: Harne
         "garbage is skipped",
         "a negative limit is skipped",
         "a value beyond int64 is skipped",
+        "the largest limit is read, one above it is skipped",
         "requests and unprefixed keys are not HAMi quota keys",
     ],
 )

@@ -14,6 +14,7 @@ from grpc_status import rpc_status
 from accounting.errors import AccountingError, FieldViolation, InvalidInputError
 from hami.accounting.v1 import usage_pb2, usage_pb2_grpc
 from services.common.errors import (
+    MAX_VIOLATION_CHARS,
     DependencyUnavailableError,
     NotFoundError,
     status_for,
@@ -178,3 +179,20 @@ def test_stream_without_error_delivers_every_message(serve: ServeFn) -> None:
             usage_pb2.WatchUsageRequest(), timeout=5
         )
         assert [event.revision for event in stream] == [1, 2]
+
+
+def test_a_huge_invalid_argument_stays_small_enough_for_grpc_trailers() -> None:
+    # 100 violations of ~200 characters once made a 20 KB status that clients refused as
+    # RESOURCE_EXHAUSTED "Stream removed (received metadata size exceeds ...)".
+    error = InvalidInputError(
+        FieldViolation(f"pod.containers[{i}].requests[0].memory_mib", "x" * 160) for i in range(100)
+    )
+    status = status_for(error)
+    assert status.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert len(status.message) <= MAX_VIOLATION_CHARS + 300
+    assert status.message.startswith("invalid request: pod.containers[0].requests[0].memory_mib")
+    assert status.bad_request is not None
+    last = status.bad_request.field_violations[-1]
+    kept = len(status.bad_request.field_violations) - 1
+    assert last.description == f"and {100 - kept} more problems"
+    assert status.bad_request.ByteSize() <= MAX_VIOLATION_CHARS + 500
