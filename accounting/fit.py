@@ -281,6 +281,8 @@ class QuotaContext:
 
     items: Mapping[str, QuotaItem]
     """Keyed by resource name (nvidia.com/gpumem, nvidia.com/gpucores, nvidia.com/gpu)."""
+    enforce_gpu_count: bool = True
+    """The policy's: whether the device count limit is enforced where set."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,7 +480,7 @@ class _PodPlan:
     """The containers with a request, in fitting order (declaration order, apps last)."""
     gpu_binpack: bool
     device_filter: _DeviceFilter | None
-    quota_items: Mapping[str, QuotaItem] | None
+    quota: QuotaContext | None
     """None when there is nothing a quota could refuse (no context, or no limit set)."""
 
     @classmethod
@@ -505,9 +507,8 @@ class _PodPlan:
                 key=lambda ask: pod.containers[ask.position].container_class is ContainerClass.APP,
             )
         )
-        quota_items = None
-        if quota is not None and any(item.limit_set for item in quota.items.values()):
-            quota_items = quota.items
+        if quota is not None and not any(item.limit_set for item in quota.items.values()):
+            quota = None
         return cls(
             pod=pod,
             vendor=vendor,
@@ -515,7 +516,7 @@ class _PodPlan:
             asks=asks,
             gpu_binpack=gpu_policy == BINPACK,
             device_filter=_DeviceFilter.from_annotations(pod.annotations),
-            quota_items=quota_items,
+            quota=quota,
         )
 
 
@@ -697,9 +698,15 @@ def _quota_allows(plan: _PodPlan, grants: tuple[tuple[DeviceGrant, ...], ...]) -
     is not retried with other cards, and the refusal is reported against all of the node's
     devices, e.g. "1/1 ResourceQuotaNotFit".
     """
-    assert plan.quota_items is not None
+    assert plan.quota is not None
     usage = _merged_usage(plan.pod, grants)
-    return quota_rules.check_usage(plan.pod.namespace, usage, plan.quota_items, plan.vendor).allowed
+    return quota_rules.check_usage(
+        plan.pod.namespace,
+        usage,
+        plan.quota.items,
+        plan.vendor,
+        enforce_gpu_count=plan.quota.enforce_gpu_count,
+    ).allowed
 
 
 def _merged_usage(
@@ -744,7 +751,7 @@ def _fit_node(plan: _PodPlan, node: NodeState) -> NodeFit:
     if isinstance(placement, str):
         return NodeFit(node.node_name, False, placement, columns.node_score, no_grants, ())
     grants = _grants(plan, columns, placement)
-    if plan.quota_items is not None and plan.asks and not _quota_allows(plan, grants):
+    if plan.quota is not None and plan.asks and not _quota_allows(plan, grants):
         refusal = _quota_refusal(columns)
         return NodeFit(node.node_name, False, refusal, columns.node_score, no_grants, ())
     return NodeFit(
@@ -806,14 +813,7 @@ def fit_pod(
     plan = _PodPlan.build(pod, vendor, gpu_policy, quota)
     no_grants: tuple[tuple[DeviceGrant, ...], ...] = ((),) * len(pod.containers)
     if not plan.asks:
-        return FitResult(
-            None,
-            no_grants,
-            MappingProxyType({}),
-            MappingProxyType({}),
-            NO_GPU_REQUEST,
-            f"pod {pod.key} asks for no {vendor.vendor} device: any node fits",
-        )
+        return no_device_asked(pod, f"{vendor.vendor} device")
     failed: dict[str, str] = {}
     scores: dict[str, float] = {}
     # Minimising (sign × score, name): binpack maximises the score, spread minimises it.
@@ -822,7 +822,7 @@ def fit_pod(
     best_name = ""
     best_node: NodeState | None = None
     best_placement: _Placement | None = None
-    check_quota = plan.quota_items is not None
+    check_quota = plan.quota is not None
     # Many nodes end with the same placement shape; the quota answers once per shape.
     quota_answers: dict[_Shape, bool] = {}
     for node in nodes:
@@ -867,6 +867,18 @@ def fit_pod(
         SCHEDULED,
         f"{len(scores)}/{len(nodes)} nodes fit; {node_policy} chose {best_node.node_name} "
         f"(score {best_node._columns.node_score:.2f})",
+    )
+
+
+def no_device_asked(pod: Pod, what: str = "device") -> FitResult:
+    """The answer for a pod that asks for no ``what``: no node chosen, and any node fits."""
+    return FitResult(
+        None,
+        ((),) * len(pod.containers),
+        MappingProxyType({}),
+        MappingProxyType({}),
+        NO_GPU_REQUEST,
+        f"pod {pod.key} asks for no {what}: any node fits",
     )
 
 

@@ -478,3 +478,26 @@ class _ContainerReading:
             core_percent=core_percent,
             memory_from_default=memory_from_default,
         )
+
+
+def names_extended_resources(obj: Mapping[str, Any]) -> bool:
+    """Whether a Kubernetes Pod (decoded JSON) names any extended resource in a container's
+    limits or requests. Every vendor's device resources are domain-qualified (nvidia.com/gpu),
+    Kubernetes' own are not (cpu, memory, hugepages-2Mi), so a pod that names none asks for no
+    device under any policy. A part that is not shaped like a pod's names nothing here: the
+    parser reports it, whatever the policy."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return False
+    for key in ("initContainers", "containers"):
+        containers = spec.get(key)
+        for container in containers if isinstance(containers, list) else ():
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for section in (resources.get("limits"), resources.get("requests")):
+                if isinstance(section, Mapping) and any(
+                    isinstance(name, str) and "/" in name for name in section
+                ):
+                    return True
+    return False

@@ -37,15 +37,14 @@ from accounting.amount import ZERO, Amount, Dimension
 from accounting.errors import InvalidInputError, Violations
 from accounting.lifecycle import Decision, StoredPod, decide
 from accounting.model import (
-    NVIDIA_RESOURCES,
     Device,
     DeviceState,
     DeviceUsage,
     Pod,
     QuotaItem,
-    VendorResources,
 )
 from accounting.pod import effective_usage
+from accounting.policy import DEFAULT_POLICY, AccountingPolicy
 from accounting.quota import check_usage, held_quantities
 from accounting.validate import MAX_QUOTA_LIMIT
 
@@ -125,6 +124,7 @@ class ReserveReason:
     SLOTS_EXHAUSTED = reasons.CARD_TIME_SLICING_EXHAUSTED
     NO_GRANTS = reasons.NO_GRANTS
     POD_FORGOTTEN = reasons.POD_FORGOTTEN
+    POLICY_CHANGED = reasons.POLICY_CHANGED
 
 
 class Ledger:
@@ -132,13 +132,15 @@ class Ledger:
 
     def __init__(
         self,
-        vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
+        policy: AccountingPolicy = DEFAULT_POLICY,
         *,
         max_tombstones: int = DEFAULT_MAX_TOMBSTONES,
     ) -> None:
+        """A ledger deciding under ``policy`` (the recorder's: what it publishes is this)."""
         if max_tombstones < 1:
             raise ValueError(f"max_tombstones must be >= 1, got {max_tombstones}")
-        self._vendors = {v.vendor: v for v in vendors}
+        self.policy = policy
+        self._vendors = {v.vendor: v for v in policy.vendors}
         self._pods: dict[str, StoredPod] = {}
         # node -> uids of the pods stored there, sorted. A list per node rather than a set: a
         # set of 8 uids takes 728 bytes, the list 120, and GetNodeUsage wants them sorted.
@@ -414,12 +416,14 @@ class Ledger:
         self.revision += 1
         return len(pods)
 
-    def reserve(self, pod: Pod, node_name: str) -> ReserveOutcome:
+    def reserve(self, pod: Pod, node_name: str, *, policy_id: str = "") -> ReserveOutcome:
         """Atomically re-checks capacity and quota for the pod's grants on a node, then records.
 
         A reservation that exists for the same pod (a re-filter) is replaced: its usage does not
         count against the new placement. Refusals change nothing. A uid forgotten with nothing
-        stored (a delete) is refused with ``PodForgotten`` before any other check.
+        stored (a delete) is refused with ``PodForgotten`` before any other check; grants
+        computed under another policy than this ledger's (``policy_id``, when given) with
+        ``PolicyChanged`` after that.
         """
         if pod.uid not in self._pods and self._tombstones.get(pod.uid) is False:
             return ReserveOutcome(
@@ -428,6 +432,15 @@ class Ledger:
                 f"pod {pod.uid} was deleted (forgotten before it was stored); nothing reserved "
                 "(Kubernetes never reuses a uid)",
                 None,
+                None,
+            )
+        if policy_id and policy_id != self.policy.policy_id:
+            return ReserveOutcome(
+                False,
+                ReserveReason.POLICY_CHANGED,
+                f"the grants were computed under accounting policy {policy_id}; the recorder's "
+                f"is {self.policy.policy_id} ({self.policy.describe()}): nothing reserved",
+                self._pods.get(pod.uid),
                 None,
             )
         if not pod.has_grants:
@@ -545,7 +558,9 @@ class Ledger:
                             resource, item.used - quantity, item.limit, item.limit_set
                         )
         for vendor in self._vendors.values():
-            decision = check_usage(namespace, usage, items, vendor)
+            decision = check_usage(
+                namespace, usage, items, vendor, enforce_gpu_count=self.policy.enforce_gpu_count
+            )
             if not decision.allowed:
                 return decision.reason, decision.message
         return None

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from accounting import reasons
 from accounting.model import NVIDIA_RESOURCES, DeviceUsage, QuotaItem, VendorResources
 from accounting.pod import EffectiveRequest, usage_totals
+from accounting.policy import AccountingPolicy
 
 
 class QuotaReason(enum.Enum):
@@ -125,6 +126,43 @@ def check_quota(
     return _check(namespace, request, items, vendor, enforce_gpu_count, "asks for", unsized)
 
 
+def check_requests(
+    namespace: str,
+    requests: Sequence[EffectiveRequest],
+    items: Mapping[str, QuotaItem],
+    policy: AccountingPolicy,
+) -> QuotaDecision:
+    """Checks a pod's effective request for every vendor of ``policy`` (one per vendor, in the
+    policy's order) against its namespace's quota: the admission check. The first vendor that
+    does not fit names the reason; a pod that asks for none of the vendors' devices passes with
+    ``NoGpuRequest``."""
+    decisions = []
+    for request in requests:
+        vendor = policy.vendor(request.vendor)
+        if vendor is None:
+            raise ValueError(f"no vendor {request.vendor!r} in policy {policy.policy_id}")
+        decisions.append(
+            check_quota(
+                namespace, request, items, vendor, enforce_gpu_count=policy.enforce_gpu_count
+            )
+        )
+    if len(decisions) == 1:
+        return decisions[0]
+    checked = [d for d in decisions if d.reason != QuotaReason.NO_GPU_REQUEST.value]
+    denied = [d for d in checked if not d.allowed]
+    if not checked:
+        return QuotaDecision(
+            True, QuotaReason.NO_GPU_REQUEST.value, "pod asks for no device: nothing to check"
+        )
+    reported = denied or checked
+    return QuotaDecision(
+        not denied,
+        reported[0].reason,
+        "; ".join(d.message for d in reported),
+        tuple(item for d in checked for item in d.items),
+    )
+
+
 def check_usage(
     namespace: str,
     usage: Sequence[DeviceUsage],
@@ -209,14 +247,14 @@ def quota_keys(vendors: Iterable[VendorResources]) -> dict[str, str]:
 
 
 def quota_items_from_limits(
-    limits: Mapping[str, int], vendor: VendorResources = NVIDIA_RESOURCES
+    limits: Mapping[str, int], vendors: Iterable[VendorResources] = (NVIDIA_RESOURCES,)
 ) -> dict[str, int]:
     """Maps ResourceQuota-style keys (limits.nvidia.com/gpumem) to resource names.
 
     Only the keys HAMi manages are kept (limits.-prefixed memory and cores, plus the count as our
     extension); callers that must refuse unknown keys compare the result's size with the input.
     """
-    known = quota_keys((vendor,))
+    known = quota_keys(vendors)
     return {known[key]: value for key, value in limits.items() if key in known}
 
 

@@ -71,6 +71,8 @@ NO_GRANTS = "NoGrants"
 """Reserve was given a pod without grants."""
 POD_FORGOTTEN = "PodForgotten"
 """The pod was deleted (forgotten with nothing stored): nothing is reserved for it again."""
+POLICY_CHANGED = "PolicyChanged"
+"""The grants were computed under another accounting policy than the recorder's."""
 
 # -- the scheduler daemon's Filter -------------------------------------------------------------
 

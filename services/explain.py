@@ -1,8 +1,8 @@
 """``hami-accounting explain POD.yaml|POD.json``: how one pod is charged, step by step.
 
-Layer: services (client tool; talks to no daemon). Reads a Kubernetes Pod manifest (YAML or
-JSON; ``-`` reads stdin), parses it with the shared parser (accounting.kube_pod) and prints
-what accounting.explain computes:
+Layer: services (client tool; talks to the usage recorder only to read its policy). Reads a
+Kubernetes Pod manifest (YAML or JSON; ``-`` reads stdin), parses it with the shared parser
+(accounting.kube_pod) and prints what accounting.explain computes:
 
 * a table per container and device: position, class, request, the container's own usage and,
   for a regular init container, its init-phase point (its own usage plus the sidecars declared
@@ -12,13 +12,20 @@ what accounting.explain computes:
 
 Grants come from ``hami.io/vgpu-devices-allocated`` when the manifest carries it; otherwise the
 pod is explained on its requests. ``--output json`` prints the same with stable keys.
-Exit codes: 0 explained, 2 unreadable or invalid manifest, bad arguments.
+
+The accounting policy (resource names, memory factor) is the usage recorder's: with
+``--usage-addr`` it is read from the recorder (GetPolicy) and printed with its id, so the
+explanation is the one every daemon answers with; without it, the accounting's defaults, with
+``--memory-factor`` to try another factor. Exit codes: 0 explained, 1 the recorder cannot be
+reached, 2 unreadable or invalid manifest, bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,9 +47,15 @@ from accounting.explain import (
 )
 from accounting.kube_pod import DEFAULT_NAMESPACE, parse_pod
 from accounting.model import NVIDIA_RESOURCES, DeviceRequest, VendorResources
+from accounting.policy import DEFAULT_POLICY, AccountingPolicy
+from services.common.config import ConfigError, TlsConfig
+from services.common.errors import DependencyUnavailableError
+from services.common.policy import RecorderPolicy
+from services.common.server import client_channel
 from services.tables import add_identifier_column, console_for, print_uncut
 
 EXIT_OK = 0
+EXIT_UNAVAILABLE = 1
 EXIT_USAGE = 2
 
 PROG = "hami-accounting explain"
@@ -340,13 +353,37 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("manifest", help="Pod manifest, YAML or JSON; - reads stdin")
     parser.add_argument("--output", choices=("table", "json"), default="table")
-    parser.add_argument(
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--usage-addr",
+        metavar="HOST:PORT",
+        help="read the accounting policy in force from the usage recorder there (TLS from "
+        "the HAMI_ACCOUNTING_TLS_* variables)",
+    )
+    source.add_argument(
         "--memory-factor",
         type=_positive_int,
-        default=NVIDIA_RESOURCES.memory_factor,
-        help="HAMi's memoryFactor: requested MiB are multiplied by it (default: %(default)s)",
+        default=None,
+        help="without a recorder: HAMi's memoryFactor to explain under; requested MiB are "
+        f"multiplied by it (default: {NVIDIA_RESOURCES.memory_factor})",
     )
     return parser
+
+
+def _policy_from(args: argparse.Namespace) -> tuple[AccountingPolicy, str]:
+    """The policy to explain under and where it comes from (for the "Policy:" line).
+
+    Raises:
+        ConfigError: bad TLS settings; DependencyUnavailableError: the recorder cannot be read.
+    """
+    if args.usage_addr is None:
+        if args.memory_factor is None:
+            return DEFAULT_POLICY, "defaults; --usage-addr reads the recorder's"
+        policy = AccountingPolicy((VendorResources(memory_factor=args.memory_factor),))
+        return policy, "defaults with --memory-factor; --usage-addr reads the recorder's"
+    with client_channel(args.usage_addr, tls=TlsConfig.from_env(os.environ)) as channel:
+        policy = RecorderPolicy(channel, args.usage_addr, service="explain").refresh()
+    return policy, f"the usage recorder's at {args.usage_addr}"
 
 
 def _positive_int(text: str) -> int:
@@ -375,15 +412,17 @@ def main(
     except SystemExit as exit_:  # --help, or bad arguments (argparse printed why)
         return int(exit_.code or 0)
 
-    vendor: VendorResources = NVIDIA_RESOURCES
-    if args.memory_factor != vendor.memory_factor:
-        vendor = VendorResources(memory_factor=args.memory_factor)
+    try:
+        policy, policy_source = _policy_from(args)
+    except (ConfigError, DependencyUnavailableError) as error:
+        print(f"{PROG}: {error}", file=stderr)
+        return EXIT_UNAVAILABLE
     source = "stdin" if args.manifest == "-" else args.manifest
     try:
         document, placeholder_uid = with_placeholders(
             load_manifest(_read(args.manifest, stdin), source)
         )
-        pod = parse_pod(document, (vendor,))
+        pod = parse_pod(document, policy.vendors)
     except ManifestError as error:
         print(f"{PROG}: {source}: {error}", file=stderr)
         return EXIT_USAGE
@@ -393,13 +432,28 @@ def main(
             print(f"  {violation.path}: {violation.message}", file=stderr)
         return EXIT_USAGE
 
-    explanation = explain(pod, (vendor,))
+    explanation = explain(pod, policy.vendors)
     if args.output == "json":
-        json.dump(explanation_json(explanation, uid_known=not placeholder_uid), stdout, indent=2)
+        document = explanation_json(explanation, uid_known=not placeholder_uid)
+        if args.usage_addr is not None:
+            document["policy"] = _policy_json(policy, args.usage_addr)
+        json.dump(document, stdout, indent=2)
         stdout.write("\n")
     else:
-        print_tables(explanation, stdout, vendor.memory_resource)
+        print_tables(explanation, stdout, policy.vendors[0].memory_resource)
+        print(f"Policy: {policy.policy_id} ({policy_source}): {policy.describe()}", file=stdout)
     return EXIT_OK
+
+
+def _policy_json(policy: AccountingPolicy, usage_addr: str) -> Json:
+    """The recorder's policy (``--usage-addr`` only: without it the policy is not one in
+    force anywhere)."""
+    return {
+        "policy_id": policy.policy_id,
+        "usage_addr": usage_addr,
+        "enforce_gpu_count": policy.enforce_gpu_count,
+        "vendors": [dataclasses.asdict(vendor) for vendor in policy.vendors],
+    }
 
 
 if __name__ == "__main__":

@@ -10,20 +10,20 @@ each check UNAVAILABLE rather than the daemon unready, so callers see why they w
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from grpc_health.v1 import health_pb2
 from opentelemetry.sdk.trace import TracerProvider
 
-from accounting.model import VendorResources
 from hami.accounting.v1 import admission_pb2_grpc
 from services.admission.config import USAGE_CACHE_MODES, USAGE_CACHE_WATCH, AdmissionConfig
-from services.admission.servicer import SERVICE_NAME, AdmissionServicer, QuotaChecker
+from services.admission.servicer import (
+    METRICS_SERVICE,
+    SERVICE_NAME,
+    AdmissionServicer,
+    QuotaChecker,
+)
 from services.admission.usage_source import (
     RecorderUsageSource,
     UsageSource,
@@ -31,21 +31,19 @@ from services.admission.usage_source import (
 )
 from services.admission.webhook import WebhookServer, WebhookStartError
 from services.common import telemetry
-from services.common.config import ConfigError, env_name, environment_with_flags
-from services.common.logging import configure_logging
-from services.common.metrics import MetricsError, start_metrics_server
-from services.common.server import (
-    ServerHandle,
-    ServerStartError,
-    build_server,
-    client_channel,
-    run_until_signalled,
+from services.common.config import env_name
+from services.common.daemon import (
+    RECORDER_SETTING_FLAGS,
+    USAGE_ADDR_FLAG,
+    DaemonSpec,
+    Flag,
+    run,
 )
+from services.common.policy import RecorderPolicy
+from services.common.server import ServerHandle, build_service_server, client_channel
 
 _LOG = logging.getLogger("services.admission")
 
-LIVENESS_SERVICE = "liveness"
-"""Health service name of the liveness probe: SERVING while the process runs."""
 
 
 @dataclass
@@ -79,17 +77,19 @@ class AdmissionDaemon:
 
 def make_usage_source(
     config: AdmissionConfig, tracer_provider: TracerProvider | None = None
-) -> UsageSource:
-    """The recorder client the config asks for (direct reads, or the watch cache)."""
+) -> tuple[UsageSource, RecorderPolicy]:
+    """The recorder client the config asks for (direct reads, or the watch cache), and the
+    recorder's accounting policy as every read of it keeps it."""
     channel = client_channel(
         config.usage_addr, tls=config.common.tls, tracer_provider=tracer_provider
     )
-    direct = RecorderUsageSource(channel, config.usage_addr)
+    policy = RecorderPolicy(channel, config.usage_addr, service=METRICS_SERVICE)
+    direct = RecorderUsageSource(channel, config.usage_addr, policy=policy)
     if config.usage_cache != USAGE_CACHE_WATCH:
-        return direct
+        return direct, policy
     # Untraced: one long-lived stream per minute would only add noise to the traces.
     watch_channel = client_channel(config.usage_addr, tls=config.common.tls)
-    return WatchedUsageSource(direct, watch_channel).start()
+    return WatchedUsageSource(direct, watch_channel, policy=policy).start(), policy
 
 
 def start(
@@ -104,29 +104,22 @@ def start(
         ServerStartError: the gRPC address cannot be bound.
         WebhookStartError: the webhook address cannot be bound or its certificate read.
     """
-    usage = make_usage_source(config, tracer_provider)
+    usage, policy = make_usage_source(config, tracer_provider)
     checker = QuotaChecker(
-        usage,
-        vendor=VendorResources(memory_factor=config.memory_factor),
-        enforce_gpu_count=config.enforce_gpu_count,
-        tracer=telemetry.tracer_for(tracer_provider, "services.admission"),
+        usage, policy=policy, tracer=telemetry.tracer_for(tracer_provider, "services.admission")
     )
     servicer = AdmissionServicer(checker)
     try:
-        handle = build_server(
-            service_names=[SERVICE_NAME],
-            register=lambda server: admission_pb2_grpc.add_AdmissionServicer_to_server(
-                servicer, server
-            ),
-            listen_addr=config.common.listen_addr,
-            tls=config.common.tls,
+        handle = build_service_server(
+            config.common,
+            SERVICE_NAME,
+            lambda server: admission_pb2_grpc.add_AdmissionServicer_to_server(servicer, server),
             tracer_provider=tracer_provider,
             max_workers=max_workers,
         )
     except BaseException:
         usage.close()
         raise
-    handle.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
     webhook: WebhookServer | None = None
     if config.webhook_addr is not None:
         assert config.webhook_cert_file is not None and config.webhook_key_file is not None
@@ -149,86 +142,38 @@ def start(
 
 # -- command line ------------------------------------------------------------------------------
 
-# Flag -> environment key it overrides (one to one with AdmissionConfig fields).
-_FLAG_ENV = {
-    "listen": "LISTEN_ADDR",
-    "metrics": "METRICS_ADDR",
-    "log_level": "LOG_LEVEL",
-    "usage_addr": "USAGE_ADDR",
-    "memory_factor": "MEMORY_FACTOR",
-    "enforce_gpu_count": "ENFORCE_GPU_COUNT",
-    "usage_cache": "USAGE_CACHE",
-    "webhook_addr": "WEBHOOK_ADDR",
-    "webhook_cert_file": "WEBHOOK_CERT_FILE",
-    "webhook_key_file": "WEBHOOK_KEY_FILE",
-}
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hami-accounting serve admission",
-        description="The admission daemon: init- and sidecar-aware namespace GPU quota check "
-        "(gRPC CheckQuota, optionally a Kubernetes AdmissionReview endpoint). Flags override "
-        "the HAMI_ACCOUNTING_* variables.",
-    )
-
-    def flag(name: str, key: str, help_text: str, **options: object) -> None:
-        parser.add_argument(name, help=f"{help_text} ({env_name(key)})", **options)  # type: ignore[arg-type]
-
-    flag("--listen", "LISTEN_ADDR", "gRPC address; default 127.0.0.1:50051",
-         metavar="HOST:PORT")
-    flag("--metrics", "METRICS_ADDR", "Prometheus address; default 127.0.0.1:9101",
-         metavar="HOST:PORT|off")
-    flag("--log-level", "LOG_LEVEL", "DEBUG, INFO, WARNING, ERROR or CRITICAL; default INFO",
-         metavar="LEVEL")
-    flag("--usage-addr", "USAGE_ADDR", "usage recorder address; default 127.0.0.1:50053",
-         metavar="HOST:PORT")
-    flag("--memory-factor", "MEMORY_FACTOR", "HAMi's memoryFactor; default 1", metavar="N")
-    flag("--enforce-gpu-count", "ENFORCE_GPU_COUNT",
-         "enforce limits.nvidia.com/gpu where set; default true", metavar="true|false")
-    flag("--usage-cache", "USAGE_CACHE", "read usage from a WatchUsage cache (watch) or "
-         "directly for every check (off); default watch", choices=USAGE_CACHE_MODES)
-    flag("--webhook-addr", "WEBHOOK_ADDR",
-         "AdmissionReview HTTPS address; default 0.0.0.0:8443 when a certificate is given",
-         metavar="HOST:PORT")
-    flag("--webhook-cert-file", "WEBHOOK_CERT_FILE", "PEM serving certificate of the webhook",
-         metavar="FILE")
-    flag("--webhook-key-file", "WEBHOOK_KEY_FILE", "PEM private key of the webhook",
-         metavar="FILE")
-    return parser
+SPEC: DaemonSpec[AdmissionConfig, AdmissionDaemon] = DaemonSpec(
+    name="admission",
+    description="The admission daemon: init- and sidecar-aware namespace GPU quota check "
+    "(gRPC CheckQuota, optionally a Kubernetes AdmissionReview endpoint), under the usage "
+    "recorder's accounting policy.",
+    flags=(
+        USAGE_ADDR_FLAG,
+        Flag("--usage-cache", "USAGE_CACHE", "read usage from a WatchUsage cache (watch) or "
+             "directly for every check (off); default watch", {"choices": USAGE_CACHE_MODES}),
+        Flag("--webhook-addr", "WEBHOOK_ADDR",
+             "AdmissionReview HTTPS address; default 0.0.0.0:8443 when a certificate is given",
+             {"metavar": "HOST:PORT"}),
+        Flag("--webhook-cert-file", "WEBHOOK_CERT_FILE", "PEM serving certificate of the webhook",
+             {"metavar": "FILE"}),
+        Flag("--webhook-key-file", "WEBHOOK_KEY_FILE", "PEM private key of the webhook",
+             {"metavar": "FILE"}),
+        *RECORDER_SETTING_FLAGS,
+    ),
+    read_config=AdmissionConfig.from_env,
+    start=lambda config, tracer_provider: start(config, tracer_provider=tracer_provider),
+    serving_fields=lambda config, daemon: {
+        "usage_addr": config.usage_addr,
+        "usage_cache": config.usage_cache,
+        "webhook_url": daemon.webhook.url if daemon.webhook else None,
+    },
+    start_errors=(WebhookStartError,),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the daemon until SIGTERM/SIGINT; returns the process exit code."""
-    args = _parser().parse_args(argv)
-    env = environment_with_flags(args, _FLAG_ENV, os.environ)
-    try:
-        config = AdmissionConfig.from_env(env)
-    except ConfigError as error:
-        print(f"hami-accounting serve admission: {error}", file=sys.stderr)
-        return 2
-    configure_logging("admission", config.common.log_level)
-    tracer_provider = telemetry.tracer_provider_from_env("admission")
-    try:
-        start_metrics_server(config.common.metrics_addr)
-        daemon = start(config, tracer_provider=tracer_provider)
-    except (MetricsError, ServerStartError, WebhookStartError) as error:
-        _LOG.error("cannot start the admission daemon: %s", error)
-        telemetry.shutdown(tracer_provider)
-        return 1
-    _LOG.info(
-        "admission daemon serving",
-        extra={
-            "target": daemon.target,
-            "usage_addr": config.usage_addr,
-            "usage_cache": config.usage_cache,
-            "memory_factor": config.memory_factor,
-            "enforce_gpu_count": config.enforce_gpu_count,
-            "webhook_url": daemon.webhook.url if daemon.webhook else None,
-        },
-    )
-    run_until_signalled(daemon.handle, on_stop=daemon.shutdown_background)
-    return 0
+    return run(SPEC, argv)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 Layer: services/admission (runtime). ``AdmissionConfig.from_env`` is a pure function of a
 Mapping and reports every problem in one ``ConfigError``; the command-line flags of
 ``__main__`` override the same fields one to one. With no variable set the daemon serves gRPC on
-127.0.0.1:50051, reads usage directly from the recorder at 127.0.0.1:50053, and runs no
-AdmissionReview endpoint (it needs a serving certificate).
+127.0.0.1:50051, reads usage from the recorder at 127.0.0.1:50053 (through a WatchUsage cache),
+and runs no AdmissionReview endpoint (it needs a serving certificate). Nothing here changes an
+answer: the accounting policy (memory factor, GPU-count enforcement, resource names) is the
+recorder's, taken from it (services.common.policy).
 """
 
 from __future__ import annotations
@@ -13,17 +15,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from accounting.validate import MAX_MEMORY_FACTOR
 from services.common.config import (
     DEFAULT_USAGE_ADDR,
     CommonConfig,
     env_addr,
-    env_bool,
-    env_int,
+    env_choice,
     env_name,
     env_path,
-    env_str,
     raise_if_problems,
+    recorder_settings_problems,
 )
 
 USAGE_CACHE_OFF = "off"
@@ -45,13 +45,6 @@ class AdmissionConfig:
     settings also secure the channel to the recorder."""
     usage_addr: str = DEFAULT_USAGE_ADDR
     """The usage recorder's gRPC ``host:port`` (HAMI_ACCOUNTING_USAGE_ADDR)."""
-    memory_factor: int = 1
-    """HAMi's memoryFactor: memory requests are multiplied by it once, and so are memory limits
-    (>= 1; HAMI_ACCOUNTING_MEMORY_FACTOR). Must match the recorder's and HAMi's."""
-    enforce_gpu_count: bool = True
-    """Deny when the effective device count exceeds ``limits.nvidia.com/gpu``
-    (HAMI_ACCOUNTING_ENFORCE_GPU_COUNT, default true; the dimension only applies where such a
-    limit is set). HAMi has no count quota; ``false`` restores its behaviour."""
     usage_cache: str = USAGE_CACHE_WATCH
     """``off`` or ``watch`` (HAMI_ACCOUNTING_USAGE_CACHE); see services.admission.usage_source."""
     webhook_addr: str | None = None
@@ -75,18 +68,11 @@ class AdmissionConfig:
         """
         problems: list[str] = []
         common = CommonConfig.for_service(env, "admission", problems=problems)
+        recorder_settings_problems(env, "admission", problems)
         usage_addr = env_addr(env, "USAGE_ADDR", DEFAULT_USAGE_ADDR, problems=problems)
-        memory_factor = env_int(
-            env, "MEMORY_FACTOR", 1, problems=problems, minimum=1, maximum=MAX_MEMORY_FACTOR
+        usage_cache = env_choice(
+            env, "USAGE_CACHE", USAGE_CACHE_MODES, USAGE_CACHE_WATCH, problems=problems
         )
-        enforce_gpu_count = env_bool(env, "ENFORCE_GPU_COUNT", True, problems=problems)
-        usage_cache = env_str(env, "USAGE_CACHE", USAGE_CACHE_WATCH, problems=problems).lower()
-        if usage_cache not in USAGE_CACHE_MODES:
-            problems.append(
-                f"{env_name('USAGE_CACHE')} must be one of {', '.join(USAGE_CACHE_MODES)}, "
-                f"got {usage_cache!r}"
-            )
-            usage_cache = USAGE_CACHE_WATCH
 
         cert = env_path(env, "WEBHOOK_CERT_FILE", problems=problems, must_exist=True)
         key = env_path(env, "WEBHOOK_KEY_FILE", problems=problems, must_exist=True)
@@ -109,8 +95,6 @@ class AdmissionConfig:
         return cls(
             common=common,
             usage_addr=usage_addr,
-            memory_factor=memory_factor,
-            enforce_gpu_count=enforce_gpu_count,
             usage_cache=usage_cache,
             webhook_addr=webhook_addr,
             webhook_cert_file=cert if webhook_addr else None,

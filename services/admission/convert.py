@@ -11,19 +11,23 @@ carries ``UNASSIGNED_UID``. Every other problem is INVALID_ARGUMENT naming the f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accounting import kube_pod, validate
 from accounting.errors import InvalidInputError
 from accounting.model import Pod, QuotaItem, VendorResources
 from accounting.pod import EffectiveRequest
-from accounting.quota import QuotaCheckItem, QuotaDecision
+from accounting.quota import QuotaCheckItem
 from hami.accounting.v1 import admission_pb2, types_pb2
 from services.common import convert as common
+
+if TYPE_CHECKING:
+    from services.admission.servicer import QuotaOutcome
 
 UNASSIGNED_UID = "(not assigned yet)"
 """The uid of a pod checked before the API server gave it one (span attributes, logs)."""
@@ -115,13 +119,8 @@ def quota_items_from_pb(items: Iterable[types_pb2.QuotaItem]) -> Mapping[str, Qu
 
 
 def vendor_request_to_pb(request: EffectiveRequest) -> types_pb2.VendorRequest:
-    return types_pb2.VendorRequest(
-        vendor=request.vendor,
-        count=request.count,
-        memory_mib=request.memory_mib,
-        core_percent=request.core_percent,
-        memory_sized_at_scheduling=request.memory_sized_at_scheduling,
-    )
+    # Every field of the message is the field of the same name.
+    return types_pb2.VendorRequest(**dataclasses.asdict(request))
 
 
 def check_item_to_pb(item: QuotaCheckItem) -> admission_pb2.QuotaCheckItem:
@@ -136,18 +135,15 @@ def check_item_to_pb(item: QuotaCheckItem) -> admission_pb2.QuotaCheckItem:
     )
 
 
-def check_response(
-    namespace: str,
-    effective: EffectiveRequest,
-    decision: QuotaDecision,
-    traceparent: str,
-) -> admission_pb2.CheckQuotaResponse:
+def check_response(outcome: QuotaOutcome) -> admission_pb2.CheckQuotaResponse:
+    decision = outcome.decision
     return admission_pb2.CheckQuotaResponse(
         allowed=decision.allowed,
         reason=decision.reason,
         message=decision.message,
-        traceparent=traceparent,
-        effective=[vendor_request_to_pb(effective)],
+        traceparent=outcome.traceparent,
+        effective=[vendor_request_to_pb(effective) for effective in outcome.effective],
         items=[check_item_to_pb(item) for item in decision.items],
-        namespace=namespace,
+        namespace=outcome.pod.namespace,
+        policy_id=outcome.policy_id,
     )

@@ -15,7 +15,7 @@ caller to store in the annotation.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -23,15 +23,23 @@ import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from accounting.model import NVIDIA_RESOURCES, TRACEPARENT_ANNOTATION, Pod, VendorResources
+from accounting.model import TRACEPARENT_ANNOTATION, Pod, VendorResources
 from accounting.pod import EffectiveRequest, effective_request
-from accounting.quota import QuotaDecision, check_quota
+from accounting.policy import DEFAULT_POLICY, AccountingPolicy
+from accounting.quota import QuotaDecision, check_requests
 from hami.accounting.v1 import admission_pb2, admission_pb2_grpc
 from services.admission import convert
-from services.admission.usage_source import QuotaItems, UsageSource
+from services.admission.usage_source import UsageSource
+from services.common import convert as common
 from services.common import telemetry
 from services.common.errors import map_errors
 from services.common.metrics import record_decision
+from services.common.policy import (
+    FixedPolicy,
+    PolicySource,
+    check_unchanged,
+    under_recorder_policy,
+)
 
 _LOG = logging.getLogger(__name__)
 
@@ -44,12 +52,19 @@ SPAN_NAME = "admission.check_quota"
 
 @dataclass(frozen=True, slots=True)
 class QuotaOutcome:
-    """One check: the pod, its effective request, the decision, and the pod's traceparent."""
+    """One check: the pod, its effective request per vendor, the decision, the pod's
+    traceparent, and the accounting policy it was decided under ("" for none: the pod asks for
+    no extended resource and no policy was held)."""
 
     pod: Pod
-    effective: EffectiveRequest
+    effective: tuple[EffectiveRequest, ...]
     decision: QuotaDecision
     traceparent: str
+    policy_id: str = ""
+
+
+PodReader = Callable[[tuple[VendorResources, ...]], Pod]
+"""Reads the request's pod with the resource names of a policy's vendors (none: no policy)."""
 
 
 @contextmanager
@@ -86,7 +101,8 @@ def _pod_trace_span(tracer: trace.Tracer, pod: Pod, via: str) -> Iterator[trace.
 
 
 class QuotaChecker:
-    """Checks a pod against its namespace's quota as read from the usage recorder.
+    """Checks a pod against its namespace's quota as read from the usage recorder, under the
+    recorder's accounting policy.
 
     Nothing is stored by a check: usage is only read.
     """
@@ -95,39 +111,75 @@ class QuotaChecker:
         self,
         usage: UsageSource,
         *,
-        vendor: VendorResources = NVIDIA_RESOURCES,
-        enforce_gpu_count: bool = True,
+        policy: PolicySource | None = None,
         tracer: trace.Tracer | None = None,
     ) -> None:
+        """Args: ``policy`` is where the accounting policy comes from: the daemon passes the
+        recorder's (``RecorderPolicy``); without one, the accounting's defaults
+        (``FixedPolicy``), for a checker embedded without a recorder."""
         self._usage = usage
-        self.vendor = vendor
-        self._enforce_gpu_count = enforce_gpu_count
+        self._policy: PolicySource = policy or FixedPolicy(DEFAULT_POLICY)
         self._tracer = tracer or trace.NoOpTracer()
 
-    @property
-    def vendors(self) -> tuple[VendorResources, ...]:
-        """The vendors whose resources pods are read for."""
-        return (self.vendor,)
+    def check_request(
+        self,
+        read_pod: PodReader,
+        asks_for_devices: Callable[[], bool],
+        *,
+        via: str,
+        min_usage_revision: int = 0,
+    ) -> QuotaOutcome:
+        """The decision for the pod ``read_pod`` reads, under the recorder's policy (see
+        ``services.common.policy.under_recorder_policy``).
+
+        Raises:
+            InvalidInputError: the pod cannot be read.
+            DependencyUnavailableError: the recorder cannot be reached (never a silent allow).
+        """
+        return under_recorder_policy(
+            self._policy,
+            asks_for_devices,
+            lambda policy: self._check(
+                read_pod(policy.vendors if policy else ()), policy, via, min_usage_revision
+            ),
+        )
 
     def check(self, pod: Pod, *, via: str = "grpc", min_usage_revision: int = 0) -> QuotaOutcome:
-        """The decision for ``pod``, on usage at least as new as ``min_usage_revision``.
+        """The decision for an already read ``pod``, under the policy held (read first when none
+        is), on usage at least as new as ``min_usage_revision``.
 
         Raises:
             DependencyUnavailableError: the recorder cannot be reached (never a silent allow).
         """
+        return under_recorder_policy(
+            self._policy,
+            lambda: True,
+            lambda policy: self._check(pod, policy, via, min_usage_revision),
+        )
+
+    def _check(
+        self, pod: Pod, policy: AccountingPolicy | None, via: str, min_usage_revision: int
+    ) -> QuotaOutcome:
         with _pod_trace_span(self._tracer, pod, via) as span:
-            effective = effective_request(pod, self.vendor)
-            decision = self._decide(pod.namespace, effective, min_usage_revision)
+            effective = (
+                tuple(effective_request(pod, vendor) for vendor in policy.vendors)
+                if policy is not None
+                else ()
+            )
+            decision = self._decide(pod.namespace, effective, policy, min_usage_revision)
             verdict = "allow" if decision.allowed else "deny"
             telemetry.set_attributes(
                 span,
                 {
-                    "effective.memory_mib": effective.memory_mib,
-                    "effective.core_percent": effective.core_percent,
-                    "effective.count": effective.count,
-                    "effective.memory_sized_at_scheduling": effective.memory_sized_at_scheduling,
+                    "effective.memory_mib": sum(e.memory_mib for e in effective),
+                    "effective.core_percent": sum(e.core_percent for e in effective),
+                    "effective.count": sum(e.count for e in effective),
+                    "effective.memory_sized_at_scheduling": any(
+                        e.memory_sized_at_scheduling for e in effective
+                    ),
                     "decision": verdict,
                     "reason": decision.reason,
+                    "policy_id": policy.policy_id if policy else "",
                 },
             )
             # Without tracing the pod keeps whatever trace it already had.
@@ -146,30 +198,31 @@ class QuotaChecker:
                     extra={"pod_uid": pod.uid, "reason": decision.reason, "via": via},
                 )
         record_decision(METRICS_SERVICE, verdict, decision.reason)
-        return QuotaOutcome(pod, effective, decision, traceparent)
+        return QuotaOutcome(
+            pod, effective, decision, traceparent, policy.policy_id if policy else ""
+        )
 
     def _decide(
-        self, namespace: str, effective: EffectiveRequest, min_usage_revision: int
+        self,
+        namespace: str,
+        effective: tuple[EffectiveRequest, ...],
+        policy: AccountingPolicy | None,
+        min_usage_revision: int,
     ) -> QuotaDecision:
         # A pod that asks for no device needs no usage: it passes even with the recorder down.
-        if effective.is_empty:
-            return self._check(namespace, effective, {})
+        if policy is None or all(request.is_empty for request in effective):
+            return check_requests(namespace, effective, {}, policy or DEFAULT_POLICY)
         items = self._usage.namespace_items(namespace, min_revision=min_usage_revision)
-        decision = self._check(namespace, effective, items)
+        # The read named the policy the recorder answers under: decide under it, or again.
+        check_unchanged(self._policy, policy)
+        decision = check_requests(namespace, effective, items, policy)
         if decision.allowed or not self._usage.may_be_stale:
             return decision
         # A cached "no" may be a release the copy has not heard of yet: refuse only on what the
         # recorder has now (usage_source module docstring). Denials are the rare path.
-        return self._check(
-            namespace, effective, self._usage.namespace_items(namespace, fresh=True)
-        )
-
-    def _check(
-        self, namespace: str, effective: EffectiveRequest, items: QuotaItems
-    ) -> QuotaDecision:
-        return check_quota(
-            namespace, effective, items, self.vendor, enforce_gpu_count=self._enforce_gpu_count
-        )
+        items = self._usage.namespace_items(namespace, fresh=True)
+        check_unchanged(self._policy, policy)
+        return check_requests(namespace, effective, items, policy)
 
 
 class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
@@ -182,9 +235,10 @@ class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
     def CheckQuota(
         self, request: admission_pb2.CheckQuotaRequest, context: grpc.ServicerContext
     ) -> admission_pb2.CheckQuotaResponse:
-        min_usage_revision = convert.min_usage_revision(request)
-        pod = convert.pod_from_request(request, self._checker.vendors)
-        outcome = self._checker.check(pod, via="grpc", min_usage_revision=min_usage_revision)
-        return convert.check_response(
-            pod.namespace, outcome.effective, outcome.decision, outcome.traceparent
+        outcome = self._checker.check_request(
+            lambda vendors: convert.pod_from_request(request, vendors),
+            lambda: common.pod_source_asks_for_devices(request),
+            via="grpc",
+            min_usage_revision=convert.min_usage_revision(request),
         )
+        return convert.check_response(outcome)

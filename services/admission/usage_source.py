@@ -49,7 +49,8 @@ import grpc
 from accounting.model import QuotaItem
 from hami.accounting.v1 import usage_pb2, usage_pb2_grpc
 from services.admission import convert
-from services.common.errors import DependencyUnavailableError
+from services.common.errors import recorder_unavailable
+from services.common.policy import PolicySource, RecorderPolicy
 from services.common.usage_watch import UsageWatch
 
 _LOG = logging.getLogger(__name__)
@@ -107,16 +108,6 @@ class UsageSource(Protocol):
         ...
 
 
-def _unavailable(target: str, error: grpc.RpcError) -> DependencyUnavailableError:
-    code = error.code() if callable(getattr(error, "code", None)) else None
-    details = error.details() if callable(getattr(error, "details", None)) else None
-    code_name = code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
-    return DependencyUnavailableError(
-        f"usage recorder unavailable at {target} ({code_name}): {details or 'no details'}; "
-        "the quota cannot be checked"
-    )
-
-
 class RecorderUsageSource:
     """Direct reads: one GetNamespaceUsage call, with a deadline, per check."""
 
@@ -125,12 +116,16 @@ class RecorderUsageSource:
         channel: grpc.Channel,
         target: str,
         *,
+        policy: PolicySource,
         timeout_s: float = DEFAULT_USAGE_TIMEOUT_S,
     ) -> None:
+        """Args: ``policy`` is told the accounting policy every answer was given under (the
+        daemon's ``RecorderPolicy``)."""
         self._channel = channel
         self._stub = usage_pb2_grpc.UsageRecorderStub(channel)
         self.target = target
         """The recorder's address, named in every error."""
+        self.policy = policy
         self._timeout_s = timeout_s
 
     @property
@@ -152,7 +147,10 @@ class RecorderUsageSource:
         except grpc.RpcError as error:
             # Every failure means the same thing here: the usage is unknown, so the quota
             # cannot be checked. Callers retry or fail closed.
-            raise _unavailable(self.target, error) from None
+            raise recorder_unavailable(
+                self.target, error, "the quota cannot be checked"
+            ) from None
+        self.policy.observe(response.policy_id)
         return convert.quota_items_from_pb(response.items)
 
     def close(self) -> None:
@@ -167,10 +165,13 @@ class WatchedUsageSource:
         direct: RecorderUsageSource,
         watch_channel: grpc.Channel,
         *,
+        policy: RecorderPolicy | None = None,
         stream_lifetime_s: float = DEFAULT_STREAM_LIFETIME_S,
         min_revision_wait_s: float = DEFAULT_MIN_REVISION_WAIT_S,
     ) -> None:
         self._direct = direct
+        # Each stream starts with the recorder's policy; it is held for every answer.
+        self._policy = policy
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._cache: dict[str, QuotaItems] = {}
@@ -190,6 +191,7 @@ class WatchedUsageSource:
             stream_lifetime_s=stream_lifetime_s,
             on_reset=self._drop,
             on_event=self._apply,
+            send_policy=policy is not None,
         )
 
     @property
@@ -266,6 +268,8 @@ class WatchedUsageSource:
             self._changed.notify_all()
 
     def _apply(self, event: usage_pb2.UsageEvent) -> None:
+        if self._policy is not None and event.HasField("policy"):
+            self._policy.accept(event.policy)
         self._connected.set()
         # Node-only events carry no namespace; every event with one carries its full state.
         items = (

@@ -42,6 +42,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from accounting import kube_pod
 from accounting.errors import InvalidInputError
 from services.admission import convert
 from services.admission.servicer import QuotaChecker
@@ -150,18 +151,20 @@ def review_response(review: Review, checker: QuotaChecker) -> dict[str, Any]:
         )
     namespace = request.get("namespace")
     try:
-        pod = convert.pod_from_kubernetes(
-            obj,
-            checker.vendors,
-            path="request.object",
-            namespace=namespace if isinstance(namespace, str) else "",
+        outcome = checker.check_request(
+            lambda vendors: convert.pod_from_kubernetes(
+                obj,
+                vendors,
+                path="request.object",
+                namespace=namespace if isinstance(namespace, str) else "",
+            ),
+            lambda: kube_pod.names_extended_resources(obj),
+            via="admission-review",
         )
     except InvalidInputError as error:
         return _denied(review, 400, "BadRequest", f"invalid pod: {error}")
-    try:
-        outcome = checker.check(pod, via="admission-review")
     except DependencyUnavailableError as error:
-        _LOG.warning("denying pod %s: %s", pod.key, error)
+        _LOG.warning("denying pod %s: %s", _pod_key(obj, namespace), error)
         return _denied(review, 503, "ServiceUnavailable", str(error))
     decision = outcome.decision
     audit = {"reason": decision.reason}
@@ -176,6 +179,13 @@ def review_response(review: Review, checker: QuotaChecker) -> dict[str, Any]:
         status={"code": 403, "message": decision.message, "reason": decision.reason},
         auditAnnotations=audit,
     )
+
+
+def _pod_key(obj: Mapping[str, Any], namespace: object) -> str:
+    """namespace/name of a pod object for a log line (either may be missing)."""
+    metadata = obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return "/".join(part if isinstance(part, str) else "" for part in (namespace, name))
 
 
 class _CertificateFiles:

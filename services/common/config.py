@@ -53,6 +53,22 @@ DEFAULT_PORTS: Mapping[str, ServicePorts] = {
 # Where admission and scheduler find the usage recorder unless HAMI_ACCOUNTING_USAGE_ADDR says.
 DEFAULT_USAGE_ADDR = f"127.0.0.1:{DEFAULT_PORTS['usage'].grpc}"
 
+RECORDER_SETTINGS = ("MEMORY_FACTOR", "ENFORCE_GPU_COUNT")
+"""Variables of the accounting policy: the usage recorder's configuration, which the admission
+and scheduler daemons take from the recorder (services.common.policy)."""
+
+
+def recorder_settings_problems(env: Mapping[str, str], service: str, problems: list[str]) -> None:
+    """Refuses a policy setting given to a daemon that takes its policy from the recorder: it
+    would change nothing there, and an operator who set it would believe it in force."""
+    for key in RECORDER_SETTINGS:
+        if _raw(env, key) is not None:
+            problems.append(
+                f"{env_name(key)} is the usage recorder's setting, not the {service} daemon's: "
+                "every daemon answers under the recorder's accounting policy; set it on the "
+                "recorder (docs/deploy.md)"
+            )
+
 
 class ConfigError(Exception):
     """The environment cannot be turned into a config; lists every problem found."""
@@ -94,6 +110,22 @@ def env_str(
     if value is None:
         if required:
             problems.append(f"{env_name(key)} is required")
+        return default
+    return value
+
+
+def env_choice(
+    env: Mapping[str, str],
+    key: str,
+    choices: tuple[str, ...],
+    default: str,
+    *,
+    problems: list[str],
+) -> str:
+    """One of ``choices`` (read in lower case); the default when unset or not one of them."""
+    value = env_str(env, key, default, problems=problems).lower()
+    if value not in choices:
+        problems.append(f"{env_name(key)} must be one of {', '.join(choices)}, got {value!r}")
         return default
     return value
 

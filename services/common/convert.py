@@ -8,7 +8,7 @@ like ``pod.containers[1].container_class``), output is built here. No accounting
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from accounting import kube_node, kube_pod, validate
 from accounting.errors import InvalidInputError
@@ -30,6 +30,7 @@ from accounting.model import (
     QuotaItem,
     VendorResources,
 )
+from accounting.policy import AccountingPolicy
 from accounting.validate import BoundedViolations
 from hami.accounting.v1 import types_pb2, usage_pb2
 
@@ -87,6 +88,22 @@ def pod_source_kind(request: PodSourceRequest) -> str | None:
     """Which ``pod_source`` field is set: "pod", "kubernetes_pod_json" or None."""
     # The generated stubs type WhichOneof with a Literal argument per message; all agree here.
     return request.WhichOneof("pod_source")
+
+
+def pod_source_asks_for_devices(request: PodSourceRequest) -> bool:
+    """Whether the request's pod may ask for a device under some policy: a typed pod with a
+    device request, or Kubernetes JSON naming an extended resource. False for a pod that asks
+    for nothing under any policy, and for input the parser refuses whatever the policy."""
+    kind = pod_source_kind(request)
+    if kind == "pod":
+        return any(r.count > 0 for c in request.pod.containers for r in c.requests)
+    if kind == "kubernetes_pod_json":
+        try:
+            document = validate.json_object(request.kubernetes_pod_json, "kubernetes_pod_json")
+        except InvalidInputError:
+            return False
+        return kube_pod.names_extended_resources(document)
+    return False
 
 
 def pod_from_source(
@@ -273,47 +290,52 @@ def status_to_pb(status: ContainerStatus) -> types_pb2.ContainerStatus:
     )
 
 
+_REQUEST_FIELDS = ("vendor", "count", "memory_mib", "memory_percent", "core_percent")
+_GRANT_FIELDS = ("uuid", "device_type", "memory_mib", "core_percent", "slots")
+_USAGE_FIELDS = _GRANT_FIELDS
+_DEVICE_FIELDS = (
+    "uuid",
+    "device_type",
+    "index",
+    "slots_total",
+    "memory_total_mib",
+    "cores_total",
+    "numa",
+    "mode",
+    "healthy",
+    "vendor",
+)
+_DEVICE_STATE_FIELDS = ("memory_used_mib", "cores_used", "slots_used")
+_QUOTA_ITEM_FIELDS = ("resource", "used", "limit", "limit_set")
+
+
+def _fields(source: object, names: tuple[str, ...]) -> dict[str, Any]:
+    """The named attributes of ``source``. The domain values and the messages name their fields
+    alike, so each conversion is its list of fields."""
+    return {name: getattr(source, name) for name in names}
+
+
 def request_from_pb(pb: types_pb2.DeviceRequest) -> DeviceRequest:
-    return DeviceRequest(
-        vendor=pb.vendor,
-        count=pb.count,
-        memory_mib=pb.memory_mib,
-        memory_percent=pb.memory_percent,
-        core_percent=pb.core_percent,
-    )
+    return DeviceRequest(**_fields(pb, _REQUEST_FIELDS))
 
 
 def request_to_pb(request: DeviceRequest) -> types_pb2.DeviceRequest:
-    return types_pb2.DeviceRequest(
-        vendor=request.vendor,
-        count=request.count,
-        memory_mib=request.memory_mib,
-        memory_percent=request.memory_percent,
-        core_percent=request.core_percent,
-    )
+    fields = _fields(request, _REQUEST_FIELDS)
+    if request.memory_from_default:
+        # On the wire, no memory and no percentage is the policy's default: the reader sizes it.
+        fields["memory_mib"] = 0
+    return types_pb2.DeviceRequest(**fields)
 
 
 # -- grants and usage --------------------------------------------------------------------------
 
 
 def grant_from_pb(pb: types_pb2.DeviceGrant) -> DeviceGrant:
-    return DeviceGrant(
-        uuid=pb.uuid,
-        device_type=pb.device_type,
-        memory_mib=pb.memory_mib,
-        core_percent=pb.core_percent,
-        slots=pb.slots,
-    )
+    return DeviceGrant(**_fields(pb, _GRANT_FIELDS))
 
 
 def grant_to_pb(grant: DeviceGrant) -> types_pb2.DeviceGrant:
-    return types_pb2.DeviceGrant(
-        uuid=grant.uuid,
-        device_type=grant.device_type,
-        memory_mib=grant.memory_mib,
-        core_percent=grant.core_percent,
-        slots=grant.slots,
-    )
+    return types_pb2.DeviceGrant(**_fields(grant, _GRANT_FIELDS))
 
 
 def grants_from_pb(
@@ -367,23 +389,11 @@ def container_grants_to_pb(
 
 
 def usage_from_pb(pb: types_pb2.DeviceUsage) -> DeviceUsage:
-    return DeviceUsage(
-        uuid=pb.uuid,
-        device_type=pb.device_type,
-        memory_mib=pb.memory_mib,
-        core_percent=pb.core_percent,
-        slots=pb.slots,
-    )
+    return DeviceUsage(**_fields(pb, _USAGE_FIELDS))
 
 
 def usage_to_pb(usage: DeviceUsage) -> types_pb2.DeviceUsage:
-    return types_pb2.DeviceUsage(
-        uuid=usage.uuid,
-        device_type=usage.device_type,
-        memory_mib=usage.memory_mib,
-        core_percent=usage.core_percent,
-        slots=usage.slots,
-    )
+    return types_pb2.DeviceUsage(**_fields(usage, _USAGE_FIELDS))
 
 
 def usages_to_pb(usages: Iterable[DeviceUsage]) -> list[types_pb2.DeviceUsage]:
@@ -393,35 +403,17 @@ def usages_to_pb(usages: Iterable[DeviceUsage]) -> list[types_pb2.DeviceUsage]:
 # -- nodes and devices -------------------------------------------------------------------------
 
 
-def device_from_pb(pb: types_pb2.Device) -> Device:
-    """A typed device; an empty mode or vendor means HAMi's defaults (hami-core, NVIDIA)."""
-    return Device(
-        uuid=pb.uuid,
-        device_type=pb.device_type,
-        index=pb.index,
-        slots_total=pb.slots_total,
-        memory_total_mib=pb.memory_total_mib,
-        cores_total=pb.cores_total,
-        numa=pb.numa,
-        mode=pb.mode or DEFAULT_DEVICE_MODE,
-        healthy=pb.healthy,
-        vendor=pb.vendor or NVIDIA,
-    )
+def device_from_pb(pb: types_pb2.Device | types_pb2.DeviceState) -> Device:
+    """A typed device (or the device of a DeviceState); an empty mode or vendor means HAMi's
+    defaults (hami-core, NVIDIA)."""
+    fields = _fields(pb, _DEVICE_FIELDS)
+    fields["mode"] = pb.mode or DEFAULT_DEVICE_MODE
+    fields["vendor"] = pb.vendor or NVIDIA
+    return Device(**fields)
 
 
 def device_to_pb(device: Device) -> types_pb2.Device:
-    return types_pb2.Device(
-        uuid=device.uuid,
-        device_type=device.device_type,
-        index=device.index,
-        slots_total=device.slots_total,
-        memory_total_mib=device.memory_total_mib,
-        cores_total=device.cores_total,
-        numa=device.numa,
-        mode=device.mode,
-        healthy=device.healthy,
-        vendor=device.vendor,
-    )
+    return types_pb2.Device(**_fields(device, _DEVICE_FIELDS))
 
 
 def devices_from_inventory_pb(
@@ -482,44 +474,18 @@ def saturated(value: int, high: int = validate.INT64_MAX) -> int:
 
 
 def device_state_to_pb(state: DeviceState) -> types_pb2.DeviceState:
-    device = state.device
     return types_pb2.DeviceState(
-        uuid=device.uuid,
-        device_type=device.device_type,
-        memory_total_mib=device.memory_total_mib,
+        **_fields(state.device, _DEVICE_FIELDS),
+        # Totals over pods are saturated at the wire field's maximum (never wrapped).
         memory_used_mib=saturated(state.memory_used_mib),
-        cores_total=device.cores_total,
         cores_used=saturated(state.cores_used, validate.INT32_MAX),
-        slots_total=device.slots_total,
         slots_used=saturated(state.slots_used, validate.INT32_MAX),
-        healthy=device.healthy,
-        index=device.index,
-        numa=device.numa,
-        mode=device.mode,
-        vendor=device.vendor,
     )
 
 
 def device_state_from_pb(pb: types_pb2.DeviceState) -> DeviceState:
     """The inverse of ``device_state_to_pb``, for clients of GetNodeUsage/WatchUsage."""
-    device = Device(
-        uuid=pb.uuid,
-        device_type=pb.device_type,
-        index=pb.index,
-        slots_total=pb.slots_total,
-        memory_total_mib=pb.memory_total_mib,
-        cores_total=pb.cores_total,
-        numa=pb.numa,
-        mode=pb.mode or DEFAULT_DEVICE_MODE,
-        healthy=pb.healthy,
-        vendor=pb.vendor or NVIDIA,
-    )
-    return DeviceState(
-        device=device,
-        memory_used_mib=pb.memory_used_mib,
-        cores_used=pb.cores_used,
-        slots_used=pb.slots_used,
-    )
+    return DeviceState(device_from_pb(pb), **_fields(pb, _DEVICE_STATE_FIELDS))
 
 
 def node_usage_to_pb(
@@ -533,13 +499,65 @@ def node_usage_to_pb(
 
 
 def quota_item_to_pb(item: QuotaItem) -> types_pb2.QuotaItem:
-    return types_pb2.QuotaItem(
-        resource=item.resource,
-        used=saturated(item.used),
-        limit=item.limit,
-        limit_set=item.limit_set,
-    )
+    fields = _fields(item, _QUOTA_ITEM_FIELDS)
+    fields["used"] = saturated(item.used)
+    return types_pb2.QuotaItem(**fields)
 
 
 def quota_item_from_pb(pb: types_pb2.QuotaItem) -> QuotaItem:
-    return QuotaItem(resource=pb.resource, used=pb.used, limit=pb.limit, limit_set=pb.limit_set)
+    return QuotaItem(**_fields(pb, _QUOTA_ITEM_FIELDS))
+
+
+# -- the accounting policy ---------------------------------------------------------------------
+
+_VENDOR_POLICY_FIELDS = (
+    "vendor",
+    "count_resource",
+    "memory_resource",
+    "memory_percentage_resource",
+    "core_resource",
+    "memory_factor",
+    "default_memory_mib",
+    "default_core_percent",
+    "default_gpu_count",
+)
+"""VendorResources and VendorPolicy name every field alike."""
+
+
+def policy_to_pb(policy: AccountingPolicy) -> types_pb2.AccountingPolicy:
+    return types_pb2.AccountingPolicy(
+        policy_id=policy.policy_id,
+        vendors=[
+            types_pb2.VendorPolicy(**_fields(v, _VENDOR_POLICY_FIELDS))
+            for v in policy.vendors
+        ],
+        enforce_gpu_count=policy.enforce_gpu_count,
+    )
+
+
+def policy_from_pb(pb: types_pb2.AccountingPolicy, path: str = "policy") -> AccountingPolicy:
+    """The recorder's policy as it published it, checked like any input.
+
+    Raises:
+        InvalidInputError: a policy the rules cannot run under (no vendor, a factor out of
+            range...), or one whose content does not match its ``policy_id``.
+    """
+    try:
+        policy = AccountingPolicy(
+            tuple(
+                VendorResources(**_fields(v, _VENDOR_POLICY_FIELDS))
+                for v in pb.vendors
+            ),
+            enforce_gpu_count=pb.enforce_gpu_count,
+        )
+    except InvalidInputError as error:
+        found = BoundedViolations()
+        found.extend(error, f"{path}.")
+        found.raise_if_any()
+        raise
+    if pb.policy_id and pb.policy_id != policy.policy_id:
+        raise InvalidInputError.single(
+            f"{path}.policy_id",
+            f"{pb.policy_id} does not match the policy's content ({policy.policy_id})",
+        )
+    return policy

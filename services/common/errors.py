@@ -64,6 +64,21 @@ class DependencyUnavailableError(Exception):
     """
 
 
+def recorder_unavailable(
+    target: str, error: grpc.RpcError, consequence: str
+) -> DependencyUnavailableError:
+    """The error for a call to the usage recorder at ``target`` that failed with ``error``,
+    e.g. "usage recorder unavailable at 127.0.0.1:50053 (UNAVAILABLE): connection refused; the
+    quota cannot be checked"."""
+    code = error.code() if callable(getattr(error, "code", None)) else None
+    details = error.details() if callable(getattr(error, "details", None)) else None
+    code_name = code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
+    return DependencyUnavailableError(
+        f"{UPSTREAM_NAME} unavailable at {target} ({code_name}): {details or 'no details'}; "
+        f"{consequence}"
+    )
+
+
 class NotFoundError(Exception):
     """The request names something that is not tracked (an unknown pod, node or namespace)."""
 

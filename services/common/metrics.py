@@ -10,9 +10,11 @@ usage recorder sets).
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import prometheus_client
 
+from accounting.policy import AccountingPolicy
 from services.common.config import parse_host_port
 
 # Sub-millisecond floor: a Python-to-Python unary call on loopback takes about 0.6 ms here.
@@ -46,7 +48,22 @@ JOURNAL_WRITE = prometheus_client.Histogram(
     buckets=_JOURNAL_BUCKETS_S,
 )
 
+POLICY_INFO = prometheus_client.Gauge(
+    "hami_accounting_policy_info",
+    "The accounting policy a daemon answers under: 1 for the one in force, by its id (equal ids "
+    "in every daemon mean equal rules).",
+    ["service", "policy_id", "enforce_gpu_count"],
+)
+POLICY_MEMORY_FACTOR = prometheus_client.Gauge(
+    "hami_accounting_policy_memory_factor",
+    "The memory factor of each vendor in the accounting policy a daemon answers under.",
+    ["service", "vendor"],
+)
+
 LEDGER_SCOPES = ("node", "namespace")
+
+_policy_lock = threading.Lock()
+_published_policies: dict[str, AccountingPolicy] = {}
 
 
 class MetricsError(RuntimeError):
@@ -71,6 +88,26 @@ def remove_ledger_total(scope: str, name: str) -> None:
     for gauge in (LEDGER_MEMORY_USED, LEDGER_CORES_USED):
         with contextlib.suppress(KeyError):
             gauge.remove(scope, name)
+
+
+def publish_policy(service: str, policy: AccountingPolicy) -> None:
+    """Shows ``policy`` as the one ``service`` answers under, replacing the one it showed."""
+    with _policy_lock:
+        previous = _published_policies.get(service)
+        if previous is not None:
+            with contextlib.suppress(KeyError):
+                POLICY_INFO.remove(service, previous.policy_id, _flag(previous.enforce_gpu_count))
+            for vendor in previous.vendors:
+                with contextlib.suppress(KeyError):
+                    POLICY_MEMORY_FACTOR.remove(service, vendor.vendor)
+        _published_policies[service] = policy
+        POLICY_INFO.labels(service, policy.policy_id, _flag(policy.enforce_gpu_count)).set(1)
+        for vendor in policy.vendors:
+            POLICY_MEMORY_FACTOR.labels(service, vendor.vendor).set(vendor.memory_factor)
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
 
 
 def observe_journal_write(seconds: float) -> None:

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from services.common import call_telemetry
 from services.common.call_telemetry import CallTelemetryInterceptor
-from services.common.config import TlsConfig, parse_host_port
+from services.common.config import CommonConfig, TlsConfig, parse_host_port
 
 _LOG = logging.getLogger(__name__)
 
@@ -355,6 +355,31 @@ def client_channel(
     # The OTel client interceptor implements OTel's own interceptor API, not grpc's.
     traced: grpc.Channel = grpcext.intercept_channel(channel, interceptor)  # type: ignore[no-untyped-call]
     return traced
+
+
+def build_service_server(
+    common: CommonConfig,
+    service_name: str,
+    register: Callable[[grpc.Server], None],
+    *,
+    tracer_provider: TracerProvider | None = None,
+    max_workers: int = 16,
+    serving: bool = True,
+) -> ServerHandle:
+    """``build_server`` for one daemon's service, at its configured address and with its TLS.
+
+    Raises:
+        ServerStartError: the address cannot be bound.
+    """
+    return build_server(
+        service_names=[service_name],
+        register=register,
+        listen_addr=common.listen_addr,
+        tls=common.tls,
+        tracer_provider=tracer_provider,
+        max_workers=max_workers,
+        serving=serving,
+    )
 
 
 def run_until_signalled(

@@ -45,13 +45,18 @@ class UsageWatch:
         stream_lifetime_s: float,
         on_reset: Callable[[bool], None],
         on_event: Callable[[usage_pb2.UsageEvent], None],
+        send_policy: bool = True,
     ) -> None:
         self._channel = channel
         self._stub = usage_pb2_grpc.UsageRecorderStub(channel)
         self.target = target
         """The recorder's address, for logs."""
         self._what = what
-        self._request = usage_pb2.WatchUsageRequest(send_initial_state=True, content=content)
+        # Each stream starts with the recorder's accounting policy: every answer a cache gives
+        # from it is under that policy (services.common.policy).
+        self._request = usage_pb2.WatchUsageRequest(
+            send_initial_state=True, content=content, send_policy=send_policy
+        )
         self._stream_lifetime_s = stream_lifetime_s
         self._on_reset = on_reset
         self._on_event = on_event

@@ -12,34 +12,29 @@ UNAVAILABLE rather than the daemon unready, so the extender sees why it was refu
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from grpc_health.v1 import health_pb2
 from opentelemetry.sdk.trace import TracerProvider
 
 from accounting.fit import POLICIES
-from accounting.model import VendorResources
 from hami.accounting.v1 import scheduler_pb2_grpc
 from services.common import telemetry
-from services.common.config import ConfigError, env_name, environment_with_flags
-from services.common.logging import configure_logging
-from services.common.metrics import MetricsError, start_metrics_server
-from services.common.server import (
-    ServerHandle,
-    ServerStartError,
-    build_server,
-    client_channel,
-    run_until_signalled,
+from services.common.daemon import (
+    RECORDER_SETTING_FLAGS,
+    USAGE_ADDR_FLAG,
+    DaemonSpec,
+    Flag,
+    run,
 )
+from services.common.policy import RecorderPolicy
+from services.common.server import ServerHandle, build_service_server, client_channel
 from services.scheduler.config import NODE_CACHE_MODES, NODE_CACHE_WATCH, SchedulerConfig
 from services.scheduler.node_cache import NodeCache
 from services.scheduler.servicer import (
+    METRICS_SERVICE,
     SERVICE_NAME,
     PodPlacer,
     RecorderClient,
@@ -48,8 +43,6 @@ from services.scheduler.servicer import (
 
 _LOG = logging.getLogger("services.scheduler")
 
-LIVENESS_SERVICE = "liveness"
-"""Health service name of the liveness probe: SERVING while the process runs."""
 
 
 @dataclass
@@ -97,7 +90,9 @@ def start(
     channel = client_channel(
         config.usage_addr, tls=config.common.tls, tracer_provider=tracer_provider
     )
-    recorder = RecorderClient(channel, config.usage_addr)
+    # The recorder's accounting policy, kept by every read of the recorder and each watch stream.
+    policy = RecorderPolicy(channel, config.usage_addr, service=METRICS_SERVICE)
+    recorder = RecorderClient(channel, config.usage_addr, policy=policy)
     node_cache: NodeCache | None = None
     if config.node_cache == NODE_CACHE_WATCH:
         # Untraced: one span for a stream that lives for minutes would say nothing.
@@ -105,7 +100,6 @@ def start(
         node_cache = NodeCache(recorder, watch_channel)
     placer = PodPlacer(
         recorder,
-        vendor=VendorResources(memory_factor=config.memory_factor),
         node_policy=config.node_policy,
         gpu_policy=config.gpu_policy,
         reserve_attempts=config.reserve_attempts,
@@ -116,13 +110,10 @@ def start(
     )
     servicer = SchedulerServicer(placer)
     try:
-        handle = build_server(
-            service_names=[SERVICE_NAME],
-            register=lambda server: scheduler_pb2_grpc.add_SchedulerServicer_to_server(
-                servicer, server
-            ),
-            listen_addr=config.common.listen_addr,
-            tls=config.common.tls,
+        handle = build_service_server(
+            config.common,
+            SERVICE_NAME,
+            lambda server: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, server),
             tracer_provider=tracer_provider,
             max_workers=max_workers,
         )
@@ -133,92 +124,46 @@ def start(
         raise
     if node_cache is not None:
         node_cache.start()
-    handle.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
     return SchedulerDaemon(config, handle, placer, recorder, tracer_provider, node_cache)
 
 
 # -- command line ------------------------------------------------------------------------------
 
-# Flag -> environment key it overrides (one to one with SchedulerConfig fields).
-_FLAG_ENV = {
-    "listen": "LISTEN_ADDR",
-    "metrics": "METRICS_ADDR",
-    "log_level": "LOG_LEVEL",
-    "usage_addr": "USAGE_ADDR",
-    "node_policy": "NODE_SCHEDULER_POLICY",
-    "gpu_policy": "GPU_SCHEDULER_POLICY",
-    "memory_factor": "MEMORY_FACTOR",
-    "reserve_attempts": "RESERVE_ATTEMPTS",
-    "usage_timeout_ms": "USAGE_TIMEOUT_MS",
-    "node_cache": "NODE_CACHE",
-}
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hami-accounting serve scheduler",
-        description="The scheduler daemon: init- and sidecar-aware GPU fit for HAMi's scheduler "
-        "extender (gRPC Filter), reserving each placement in the usage recorder. Flags override "
-        "the HAMI_ACCOUNTING_* variables.",
-    )
-
-    def flag(name: str, key: str, help_text: str, **options: object) -> None:
-        parser.add_argument(name, help=f"{help_text} ({env_name(key)})", **options)  # type: ignore[arg-type]
-
-    flag("--listen", "LISTEN_ADDR", "gRPC address; default 127.0.0.1:50052",
-         metavar="HOST:PORT")
-    flag("--metrics", "METRICS_ADDR", "Prometheus address; default 127.0.0.1:9102",
-         metavar="HOST:PORT|off")
-    flag("--log-level", "LOG_LEVEL", "DEBUG, INFO, WARNING, ERROR or CRITICAL; default INFO",
-         metavar="LEVEL")
-    flag("--usage-addr", "USAGE_ADDR", "usage recorder address; default 127.0.0.1:50053",
-         metavar="HOST:PORT")
-    flag("--node-policy", "NODE_SCHEDULER_POLICY", "node choice; default binpack",
-         choices=POLICIES)
-    flag("--gpu-policy", "GPU_SCHEDULER_POLICY", "GPU choice within a node; default spread",
-         choices=POLICIES)
-    flag("--memory-factor", "MEMORY_FACTOR", "HAMi's memoryFactor; default 1", metavar="N")
-    flag("--reserve-attempts", "RESERVE_ATTEMPTS",
-         "placements tried when another scheduler reserves first; default 3", metavar="N")
-    flag("--usage-timeout-ms", "USAGE_TIMEOUT_MS",
-         "deadline of every recorder call, milliseconds; default 2000", metavar="MS")
-    flag("--node-cache", "NODE_CACHE", "read node usage from a WatchUsage cache (watch) or "
-         "directly on every Filter (off); default watch", choices=NODE_CACHE_MODES)
-    return parser
+SPEC: DaemonSpec[SchedulerConfig, SchedulerDaemon] = DaemonSpec(
+    name="scheduler",
+    description="The scheduler daemon: init- and sidecar-aware GPU fit for HAMi's scheduler "
+    "extender (gRPC Filter), reserving each placement in the usage recorder, under the "
+    "recorder's accounting policy.",
+    flags=(
+        USAGE_ADDR_FLAG,
+        Flag("--node-policy", "NODE_SCHEDULER_POLICY", "node choice; default binpack",
+             {"choices": POLICIES}),
+        Flag("--gpu-policy", "GPU_SCHEDULER_POLICY", "GPU choice within a node; default spread",
+             {"choices": POLICIES}),
+        Flag("--reserve-attempts", "RESERVE_ATTEMPTS",
+             "placements tried when another scheduler reserves first; default 3",
+             {"metavar": "N"}),
+        Flag("--usage-timeout-ms", "USAGE_TIMEOUT_MS",
+             "deadline of every recorder call, milliseconds; default 2000", {"metavar": "MS"}),
+        Flag("--node-cache", "NODE_CACHE", "read node usage from a WatchUsage cache (watch) or "
+             "directly on every Filter (off); default watch", {"choices": NODE_CACHE_MODES}),
+        *RECORDER_SETTING_FLAGS,
+    ),
+    read_config=SchedulerConfig.from_env,
+    start=lambda config, tracer_provider: start(config, tracer_provider=tracer_provider),
+    serving_fields=lambda config, daemon: {
+        "usage_addr": config.usage_addr,
+        "node_policy": config.node_policy,
+        "gpu_policy": config.gpu_policy,
+        "reserve_attempts": config.reserve_attempts,
+        "node_cache": config.node_cache,
+    },
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the daemon until SIGTERM/SIGINT; returns the process exit code."""
-    args = _parser().parse_args(argv)
-    env = environment_with_flags(args, _FLAG_ENV, os.environ)
-    try:
-        config = SchedulerConfig.from_env(env)
-    except ConfigError as error:
-        print(f"hami-accounting serve scheduler: {error}", file=sys.stderr)
-        return 2
-    configure_logging("scheduler", config.common.log_level)
-    tracer_provider = telemetry.tracer_provider_from_env("scheduler")
-    try:
-        start_metrics_server(config.common.metrics_addr)
-        daemon = start(config, tracer_provider=tracer_provider)
-    except (MetricsError, ServerStartError) as error:
-        _LOG.error("cannot start the scheduler daemon: %s", error)
-        telemetry.shutdown(tracer_provider)
-        return 1
-    _LOG.info(
-        "scheduler daemon serving",
-        extra={
-            "target": daemon.target,
-            "usage_addr": config.usage_addr,
-            "node_policy": config.node_policy,
-            "gpu_policy": config.gpu_policy,
-            "memory_factor": config.memory_factor,
-            "reserve_attempts": config.reserve_attempts,
-            "node_cache": config.node_cache,
-        },
-    )
-    run_until_signalled(daemon.handle, on_stop=daemon.shutdown_background)
-    return 0
+    return run(SPEC, argv)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Mapping and reports every problem in one ``ConfigError``; the command-line flags
 ``__main__`` override the same fields one to one. With no variable set the daemon serves gRPC
 on 127.0.0.1:50052 and reads usage from the recorder at 127.0.0.1:50053 (node usage through a
 WatchUsage-fed cache), with HAMi's default policies (binpack across nodes, spread across the
-GPUs of a node).
+GPUs of a node). The accounting policy (memory factor, GPU-count enforcement, resource names)
+is the recorder's, taken from it (services.common.policy).
 """
 
 from __future__ import annotations
@@ -14,15 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from accounting.fit import BINPACK, POLICIES, SPREAD
-from accounting.validate import MAX_MEMORY_FACTOR
 from services.common.config import (
     DEFAULT_USAGE_ADDR,
     CommonConfig,
     env_addr,
+    env_choice,
     env_int,
-    env_name,
-    env_str,
     raise_if_problems,
+    recorder_settings_problems,
 )
 
 DEFAULT_RESERVE_ATTEMPTS = 3
@@ -33,14 +33,6 @@ NODE_CACHE_OFF = "off"
 NODE_CACHE_WATCH = "watch"
 """A local copy of every node's state fed by WatchUsage; direct reads while it is down."""
 NODE_CACHE_MODES = (NODE_CACHE_OFF, NODE_CACHE_WATCH)
-
-
-def _policy(env: Mapping[str, str], key: str, default: str, problems: list[str]) -> str:
-    value = env_str(env, key, default, problems=problems).lower()
-    if value not in POLICIES:
-        problems.append(f"{env_name(key)} must be one of {', '.join(POLICIES)}, got {value!r}")
-        return default
-    return value
 
 
 @dataclass(frozen=True)
@@ -59,9 +51,6 @@ class SchedulerConfig:
     gpu_policy: str = SPREAD
     """Which GPU of a node is tried first, same words (HAMI_ACCOUNTING_GPU_SCHEDULER_POLICY;
     HAMi's --gpu-scheduler-policy). A pod's ``hami.io/gpu-scheduler-policy`` overrides it."""
-    memory_factor: int = 1
-    """HAMi's memoryFactor: memory requests are multiplied by it when fitted (>= 1;
-    HAMI_ACCOUNTING_MEMORY_FACTOR). Must match the recorder's and HAMi's."""
     reserve_attempts: int = DEFAULT_RESERVE_ATTEMPTS
     """How many times a placement is computed and reserved when another scheduler replica took
     the capacity first (1..20; HAMI_ACCOUNTING_RESERVE_ATTEMPTS)."""
@@ -85,12 +74,10 @@ class SchedulerConfig:
         """
         problems: list[str] = []
         common = CommonConfig.for_service(env, "scheduler", problems=problems)
+        recorder_settings_problems(env, "scheduler", problems)
         usage_addr = env_addr(env, "USAGE_ADDR", DEFAULT_USAGE_ADDR, problems=problems)
-        node_policy = _policy(env, "NODE_SCHEDULER_POLICY", BINPACK, problems)
-        gpu_policy = _policy(env, "GPU_SCHEDULER_POLICY", SPREAD, problems)
-        memory_factor = env_int(
-            env, "MEMORY_FACTOR", 1, problems=problems, minimum=1, maximum=MAX_MEMORY_FACTOR
-        )
+        node_policy = env_choice(env, "NODE_SCHEDULER_POLICY", POLICIES, BINPACK, problems=problems)
+        gpu_policy = env_choice(env, "GPU_SCHEDULER_POLICY", POLICIES, SPREAD, problems=problems)
         reserve_attempts = env_int(
             env,
             "RESERVE_ATTEMPTS",
@@ -107,20 +94,15 @@ class SchedulerConfig:
             minimum=1,
             maximum=60_000,
         )
-        node_cache = env_str(env, "NODE_CACHE", NODE_CACHE_WATCH, problems=problems).lower()
-        if node_cache not in NODE_CACHE_MODES:
-            problems.append(
-                f"{env_name('NODE_CACHE')} must be one of {', '.join(NODE_CACHE_MODES)}, "
-                f"got {node_cache!r}"
-            )
-            node_cache = NODE_CACHE_WATCH
+        node_cache = env_choice(
+            env, "NODE_CACHE", NODE_CACHE_MODES, NODE_CACHE_WATCH, problems=problems
+        )
         raise_if_problems(problems)
         return cls(
             common=common,
             usage_addr=usage_addr,
             node_policy=node_policy,
             gpu_policy=gpu_policy,
-            memory_factor=memory_factor,
             reserve_attempts=reserve_attempts,
             usage_timeout_ms=usage_timeout_ms,
             node_cache=node_cache,

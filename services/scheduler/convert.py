@@ -73,6 +73,8 @@ class FilterOutcome:
     attempts: int = 0
     """How many placements were computed (0 for a pod without a GPU request)."""
     annotations: Mapping[str, str] = field(default_factory=dict)
+    policy_id: str = ""
+    """The accounting policy the outcome was computed under ("" when none was needed)."""
 
 
 # -- requests ----------------------------------------------------------------------------------
@@ -136,8 +138,11 @@ def forget_pod_request(pod_uid: str) -> usage_pb2.ForgetPodRequest:
     return usage_pb2.ForgetPodRequest(pod_uid=pod_uid)
 
 
-def reserve_request(pod: Pod, node_name: str, grants: PodDevices) -> usage_pb2.ReserveRequest:
-    """Reserve for the chosen node, with the fit's grants in container positions.
+def reserve_request(
+    pod: Pod, node_name: str, grants: PodDevices, policy_id: str
+) -> usage_pb2.ReserveRequest:
+    """Reserve for the chosen node, with the fit's grants in container positions and the
+    accounting policy they were fitted under.
 
     The pod travels typed, annotations included, so the recorder's span joins the pod's trace
     through ``hami.io/traceparent``.
@@ -146,6 +151,7 @@ def reserve_request(pod: Pod, node_name: str, grants: PodDevices) -> usage_pb2.R
         pod=common.pod_to_pb(pod),
         node_name=node_name,
         container_grants=common.container_grants_to_pb(pod, grants),
+        policy_id=policy_id,
     )
 
 
@@ -251,4 +257,5 @@ def filter_response(pod: Pod, outcome: FilterOutcome) -> scheduler_pb2.FilterRes
             if scheduled and outcome.reservation is not None
             else []
         ),
+        policy_id=outcome.policy_id,
     )

@@ -55,6 +55,7 @@ import grpc
 
 from accounting.fit import NodeState, QuotaContext
 from hami.accounting.v1 import usage_pb2
+from services.common.policy import RecorderPolicy
 from services.common.usage_watch import UsageWatch
 from services.scheduler import convert
 
@@ -86,6 +87,12 @@ class DirectReader(Protocol):
     @property
     def target(self) -> str:
         """The recorder's address, for logs."""
+        ...
+
+    @property
+    def policy(self) -> RecorderPolicy:
+        """The recorder's accounting policy as this daemon holds it (each stream starts with
+        the recorder's, which is held from then on)."""
         ...
 
     def snapshot(self, node_names: Sequence[str], namespace: str, timeout_s: float) -> Snapshot:
@@ -256,6 +263,8 @@ class NodeCache:
             self._changed.notify_all()
 
     def _apply(self, event: usage_pb2.UsageEvent) -> None:
+        if event.HasField("policy"):
+            self._direct.policy.accept(event.policy)
         state: NodeState | None = None
         name = ""
         if event.HasField("node"):

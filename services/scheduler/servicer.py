@@ -33,6 +33,11 @@ One Filter, step by step (HAMi's Filter, reference/hami-behaviour.md §5.2):
    snapshot is read again — the refused node directly from the recorder — and the pod fitted
    again, up to ``reserve_attempts`` times; then the answer is ReservationConflict.
 
+Every step is under the recorder's accounting policy (services.common.policy): the pod is read
+with its resource names, fitted with its memory factor and quota rules, and reserved naming it.
+A read answered under another policy (the recorder restarted with a new configuration), or a
+Reserve refused with ``PolicyChanged``, starts the Filter again under the new policy.
+
 The whole flow is the span ``scheduler.filter``, parented on the pod's ``hami.io/traceparent``;
 the recorder calls are its children through the traced client channel.
 """
@@ -54,23 +59,34 @@ from accounting.fit import (
     NodeState,
     QuotaContext,
     fit_pod,
+    no_device_asked,
     pod_requests_devices,
 )
-from accounting.model import NVIDIA_RESOURCES, Pod, VendorResources
+from accounting.model import NVIDIA, Pod, VendorResources
+from accounting.policy import AccountingPolicy
 from accounting.reasons import (
     NO_GPU_REQUEST,
     NO_NODE_FITS,
     NODE_CHANGED,
+    POLICY_CHANGED,
     RESERVATION_CONFLICT,
     SCHEDULED,
 )
 from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc, usage_pb2, usage_pb2_grpc
+from services.common import convert as common
 from services.common import telemetry
-from services.common.errors import DependencyUnavailableError, map_errors
+from services.common.errors import map_errors, recorder_unavailable
 from services.common.metrics import record_decision
+from services.common.policy import (
+    PolicyChangedError,
+    RecorderPolicy,
+    check_unchanged,
+    under_recorder_policy,
+)
 from services.scheduler import convert
 from services.scheduler.config import DEFAULT_RESERVE_ATTEMPTS, DEFAULT_USAGE_TIMEOUT_MS
 from services.scheduler.convert import (
+    FilterInput,
     FilterOutcome,
     PodDevices,
     Reservation,
@@ -102,6 +118,8 @@ _DECISIONS = {
 T = TypeVar("T")
 CallTimeout = Callable[[], float]
 """The deadline, in seconds, to give the next recorder call."""
+InputReader = Callable[[tuple[VendorResources, ...]], FilterInput]
+"""Reads the Filter's pod (with a policy's vendors' resource names) and candidate nodes."""
 
 
 # -- the recorder ------------------------------------------------------------------------------
@@ -117,12 +135,22 @@ class RecorderClient:
             standby replica); ``map_errors`` passes those codes through.
     """
 
-    def __init__(self, channel: grpc.Channel, target: str, *, node_batch: int = NODE_BATCH) -> None:
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        target: str,
+        *,
+        node_batch: int = NODE_BATCH,
+        policy: RecorderPolicy | None = None,
+    ) -> None:
+        """Args: ``policy`` is the recorder's accounting policy as this daemon holds it, told
+        the policy every read was answered under; by default one over ``channel``."""
         self._channel = channel
         self._stub = usage_pb2_grpc.UsageRecorderStub(channel)
         self.target = target
         """The recorder's address, named in every error."""
         self._node_batch = node_batch
+        self.policy = policy or RecorderPolicy(channel, target, service=METRICS_SERVICE)
 
     def close(self) -> None:
         self._channel.close()
@@ -145,12 +173,7 @@ class RecorderClient:
         code = error.code() if callable(getattr(error, "code", None)) else None
         if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             return error
-        details = error.details() if callable(getattr(error, "details", None)) else None
-        code_name = code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
-        return DependencyUnavailableError(
-            f"usage recorder unavailable at {self.target} ({code_name}): "
-            f"{details or 'no details'}; the pod cannot be placed"
-        )
+        return recorder_unavailable(self.target, error, "the pod cannot be placed")
 
     def snapshot(self, node_names: Sequence[str], namespace: str, timeout_s: float) -> Snapshot:
         """The candidates' device usage, the unregistered candidates, and the namespace quota,
@@ -170,12 +193,14 @@ class RecorderClient:
             responses: list[usage_pb2.GetNodeUsageResponse] = [
                 self._result(future) for future in node_futures
             ]
-            quota = convert.quota_context_from_pb(self._result(quota_future))
+            namespace_usage = self._result(quota_future)
+            quota = convert.quota_context_from_pb(namespace_usage)
         finally:
             # After a failure the other reads are moot; cancelling a finished call is a no-op.
             pending: list[grpc.Future[Any]] = [quota_future, *node_futures]
             for call in pending:
                 call.cancel()
+        self.policy.observe(namespace_usage.policy_id)
         nodes, unknown = convert.node_states_from_pb(responses)
         return nodes, unknown, quota
 
@@ -190,11 +215,14 @@ class RecorderClient:
         self._call(self._stub.ForgetPod, convert.forget_pod_request(pod_uid), timeout_s)
 
     def reserve(
-        self, pod: Pod, node_name: str, grants: PodDevices, timeout_s: float
+        self, pod: Pod, node_name: str, grants: PodDevices, policy_id: str, timeout_s: float
     ) -> Reservation:
+        """Reserves the grants, fitted under the accounting policy ``policy_id``."""
         try:
             response = self._call(
-                self._stub.Reserve, convert.reserve_request(pod, node_name, grants), timeout_s
+                self._stub.Reserve,
+                convert.reserve_request(pod, node_name, grants, policy_id),
+                timeout_s,
             )
         except grpc.RpcError as error:
             if error.code() != grpc.StatusCode.INVALID_ARGUMENT:
@@ -219,7 +247,6 @@ class PodPlacer:
         self,
         recorder: RecorderClient,
         *,
-        vendor: VendorResources = NVIDIA_RESOURCES,
         node_policy: str = BINPACK,
         gpu_policy: str = SPREAD,
         reserve_attempts: int = DEFAULT_RESERVE_ATTEMPTS,
@@ -230,11 +257,12 @@ class PodPlacer:
     ) -> None:
         """Args (beyond the config's): ``node_cache`` answers node usage when given (its own
         direct reads go through its recorder client); without it every attempt reads the
-        candidates with ``recorder.snapshot``."""
+        candidates with ``recorder.snapshot``. The accounting policy is the recorder's, as
+        ``recorder.policy`` holds it."""
         if reserve_attempts < 1:
             raise ValueError(f"reserve_attempts must be >= 1, got {reserve_attempts}")
         self._recorder = recorder
-        self.vendor = vendor
+        self._policy = recorder.policy
         self._node_policy = node_policy
         self._gpu_policy = gpu_policy
         self._attempts = reserve_attempts
@@ -243,34 +271,60 @@ class PodPlacer:
         self._clock = clock
         self._node_cache = node_cache
 
-    @property
-    def vendors(self) -> tuple[VendorResources, ...]:
-        """The vendors whose resources pods are read for."""
-        return (self.vendor,)
+    def place_request(
+        self,
+        read_input: InputReader,
+        asks_for_devices: Callable[[], bool],
+        call_timeout: CallTimeout | None = None,
+    ) -> tuple[Pod, FilterOutcome]:
+        """Reads the Filter's pod and candidates under the recorder's accounting policy, then
+        places the pod (``place``); again under the new policy when it changed meanwhile.
+
+        Raises:
+            InvalidInputError: the request cannot be read.
+            DependencyUnavailableError: the recorder cannot be reached.
+        """
+
+        def attempt(policy: AccountingPolicy | None) -> tuple[Pod, FilterOutcome]:
+            given = read_input(policy.vendors if policy else ())
+            return given.pod, self._place_under(given.pod, given.node_names, call_timeout, policy)
+
+        return under_recorder_policy(self._policy, asks_for_devices, attempt)
 
     def place(
         self, pod: Pod, node_names: Sequence[str], call_timeout: CallTimeout | None = None
     ) -> FilterOutcome:
-        """Chooses a node for ``pod`` among ``node_names`` and reserves it in the recorder.
-
-        Args:
-            pod: the pod, containers in declaration order.
-            node_names: the candidates, without duplicates.
-            call_timeout: the deadline of the next recorder call; the configured one when None.
+        """Chooses a node for an already read ``pod`` among ``node_names`` (no duplicates) and
+        reserves it in the recorder, under the recorder's policy; ``call_timeout`` gives the
+        deadline of the next recorder call (the configured one when None).
 
         Raises:
             DependencyUnavailableError: the recorder cannot be reached.
         """
+        return under_recorder_policy(
+            self._policy,
+            lambda: True,
+            lambda policy: self._place_under(pod, node_names, call_timeout, policy),
+        )
+
+    def _place_under(
+        self,
+        pod: Pod,
+        node_names: Sequence[str],
+        call_timeout: CallTimeout | None,
+        policy: AccountingPolicy | None,
+    ) -> FilterOutcome:
         timeout = call_timeout or (lambda: self.usage_timeout_s)
         attributes = {"node_count": len(node_names)}
         with telemetry.pod_span(self._tracer, SPAN_NAME, pod, attributes=attributes) as span:
-            outcome = self._place(pod, node_names, timeout, span)
+            outcome = self._place(pod, node_names, timeout, span, policy)
             telemetry.set_attributes(
                 span,
                 {
                     "node": outcome.fit.node_name if outcome.reason == SCHEDULED else "",
                     "reason": outcome.reason,
                     "attempts": outcome.attempts,
+                    "policy_id": outcome.policy_id,
                 },
             )
             # Logged inside the span, so the line carries the pod's trace id.
@@ -293,25 +347,55 @@ class PodPlacer:
             return self._recorder.snapshot(node_names, namespace, timeout_s)
         return self._node_cache.snapshot(node_names, namespace, timeout_s, refresh=refresh)
 
-    def _fit(self, pod: Pod, nodes: Sequence[NodeState], quota: QuotaContext | None) -> FitResult:
+    def _fit(
+        self,
+        pod: Pod,
+        nodes: Sequence[NodeState],
+        quota: QuotaContext,
+        policy: AccountingPolicy,
+    ) -> FitResult:
         return fit_pod(
             pod,
             nodes,
-            vendor=self.vendor,
+            vendor=fitted_vendor(policy),
             node_policy=self._node_policy,
             gpu_policy=self._gpu_policy,
-            quota=quota,
+            quota=QuotaContext(quota.items, enforce_gpu_count=policy.enforce_gpu_count),
         )
 
+    def _read(
+        self,
+        node_names: Sequence[str],
+        namespace: str,
+        timeout_s: float,
+        refresh: Collection[str],
+        policy: AccountingPolicy,
+    ) -> Snapshot:
+        """A snapshot; raises ``PolicyChangedError`` when the recorder answered it under another
+        policy than the one the Filter runs under."""
+        snapshot = self._snapshot(node_names, namespace, timeout_s, refresh)
+        check_unchanged(self._policy, policy)
+        return snapshot
+
     def _place(
-        self, pod: Pod, node_names: Sequence[str], timeout: CallTimeout, span: trace.Span
+        self,
+        pod: Pod,
+        node_names: Sequence[str],
+        timeout: CallTimeout,
+        span: trace.Span,
+        policy: AccountingPolicy | None,
     ) -> FilterOutcome:
-        if not pod_requests_devices(pod, self.vendor):
-            pass_through = self._fit(pod, (), None)
+        if policy is None or not pod_requests_devices(pod, fitted_vendor(policy)):
+            pass_through = (
+                no_device_asked(pod)
+                if policy is None
+                else no_device_asked(pod, f"{fitted_vendor(policy).vendor} device")
+            )
             return FilterOutcome(
                 pass_through,
                 NO_GPU_REQUEST,
                 f"{pass_through.message}; the extender keeps every candidate node",
+                policy_id=policy.policy_id if policy else "",
             )
         # Nodes to read from the recorder even when the cache has them: its copy may not show
         # a change this Filter just made or just lost a race to.
@@ -332,8 +416,10 @@ class PodPlacer:
         fit: FitResult | None = None
         unknown: tuple[str, ...] = ()
         for attempt in range(1, self._attempts + 1):
-            nodes, unknown, quota = self._snapshot(node_names, pod.namespace, timeout(), refresh)
-            fit = self._fit(pod, nodes, quota)
+            nodes, unknown, quota = self._read(
+                node_names, pod.namespace, timeout(), refresh, policy
+            )
+            fit = self._fit(pod, nodes, quota, policy)
             if (
                 fit.node_name is None
                 and self._node_cache is not None
@@ -343,10 +429,10 @@ class PodPlacer:
                 # The cache may lag a release acknowledged a moment ago (no read-your-writes):
                 # confirm "no node fits" with direct reads before answering it.
                 refresh.update(node_names)
-                nodes, unknown, quota = self._snapshot(
-                    node_names, pod.namespace, timeout(), refresh
+                nodes, unknown, quota = self._read(
+                    node_names, pod.namespace, timeout(), refresh, policy
                 )
-                fit = self._fit(pod, nodes, quota)
+                fit = self._fit(pod, nodes, quota, policy)
             if fit.node_name is None:
                 failed = convert.failed_nodes(fit, unknown)
                 return FilterOutcome(
@@ -355,8 +441,14 @@ class PodPlacer:
                     convert.no_fit_message(len(node_names), failed),
                     unknown,
                     attempts=attempt,
+                    policy_id=policy.policy_id,
                 )
-            reservation = self._recorder.reserve(pod, fit.node_name, fit.grants, timeout())
+            reservation = self._recorder.reserve(
+                pod, fit.node_name, fit.grants, policy.policy_id, timeout()
+            )
+            if reservation.reason == POLICY_CHANGED:
+                # The recorder restarted under another policy since the Filter read it.
+                raise PolicyChangedError("")
             if reservation.reserved:
                 message = fit.message
                 if unknown:
@@ -369,6 +461,7 @@ class PodPlacer:
                     reservation,
                     attempt,
                     convert.hami_annotations(fit.grants, fit.node_name, int(self._clock())),
+                    policy.policy_id,
                 )
             refused = reservation
             refresh.add(fit.node_name)
@@ -395,7 +488,14 @@ class PodPlacer:
             unknown,
             refused,
             self._attempts,
+            policy_id=policy.policy_id,
         )
+
+
+def fitted_vendor(policy: AccountingPolicy) -> VendorResources:
+    """The vendor the fit places devices for: the policy's NVIDIA entry (accounting.fit models
+    NVIDIA's device choice), else its first vendor."""
+    return policy.vendor(NVIDIA) or policy.vendors[0]
 
 
 # -- gRPC --------------------------------------------------------------------------------------
@@ -423,10 +523,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def Filter(
         self, request: scheduler_pb2.FilterRequest, context: grpc.ServicerContext
     ) -> scheduler_pb2.FilterResponse:
-        given = convert.filter_input(request, self._placer.vendors)
-        outcome = self._placer.place(
-            given.pod,
-            given.node_names,
+        pod, outcome = self._placer.place_request(
+            lambda vendors: convert.filter_input(request, vendors),
+            lambda: common.pod_source_asks_for_devices(request),
             _call_timeout(context, self._placer.usage_timeout_s),
         )
-        return convert.filter_response(given.pod, outcome)
+        return convert.filter_response(pod, outcome)

@@ -11,10 +11,7 @@ election.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,17 +21,14 @@ from typing import TYPE_CHECKING
 from opentelemetry.sdk.trace import TracerProvider
 
 from accounting.ledger import Ledger
-from accounting.model import VendorResources
 from hami.accounting.v1 import usage_pb2_grpc
-from services.common import telemetry
-from services.common.config import ConfigError, env_name, environment_with_flags
-from services.common.logging import configure_logging
-from services.common.metrics import MetricsError, start_metrics_server
-from services.common.server import ServerHandle, ServerStartError, build_server, run_until_signalled
+from services.common import metrics, telemetry
+from services.common.daemon import DaemonSpec, Flag, run
+from services.common.server import ServerHandle, build_service_server
 from services.usage.config import KUBERNETES_MODES, UsageConfig
 from services.usage.journal import Journal, JournalError
 from services.usage.servicer import SERVICE_NAME, UsageRecorderServicer
-from services.usage.store import DEFAULT_MAX_WATCH_EVENTS, UsageStore
+from services.usage.store import DEFAULT_MAX_WATCH_EVENTS, SERVICE, UsageStore
 
 if TYPE_CHECKING:
     from services.usage.k8s import ApiClient, KubernetesSource
@@ -215,14 +209,13 @@ def start(
         ServerStartError: the listen address cannot be bound.
         KubernetesConfigError: the Kubernetes configuration cannot be loaded.
     """
-    vendor = VendorResources(memory_factor=config.memory_factor)
+    policy = config.policy
     journal = Journal.in_data_dir(config.data_dir, synchronous=config.journal_sync)
     try:
         store = UsageStore(
-            Ledger(vendors=(vendor,)),
+            Ledger(policy),
             journal,
             tracer=telemetry.tracer_for(tracer_provider, "services.usage"),
-            vendor=vendor,
             max_watch_events=max_watch_events,
         )
         summary = store.recover()
@@ -253,14 +246,11 @@ def start(
             if config.leader_election and api_client is not None
             else None
         )
-        servicer = UsageRecorderServicer(store, vendors=(vendor,), leader=leader_view)
-        handle = build_server(
-            service_names=[SERVICE_NAME],
-            register=lambda server: usage_pb2_grpc.add_UsageRecorderServicer_to_server(
-                servicer, server
-            ),
-            listen_addr=config.common.listen_addr,
-            tls=config.common.tls,
+        servicer = UsageRecorderServicer(store, leader=leader_view)
+        handle = build_service_server(
+            config.common,
+            SERVICE_NAME,
+            lambda server: usage_pb2_grpc.add_UsageRecorderServicer_to_server(servicer, server),
             tracer_provider=tracer_provider,
             max_workers=max_workers,
             serving=api_client is None,
@@ -268,6 +258,7 @@ def start(
     except BaseException:
         journal.close()
         raise
+    metrics.publish_policy(SERVICE, policy)
     readiness = _Readiness(
         handle, needs_sync=api_client is not None, needs_leader=leader_view is not None
     )
@@ -296,7 +287,7 @@ def _start_kubernetes(
 
     config = recorder.config
     store = recorder.store
-    recorder.source_factory = lambda: KubernetesSource(client, store)
+    recorder.source_factory = lambda: KubernetesSource(client, store, policy=store.policy)
     if leader_view is None:
         recorder.start_source()
         return
@@ -317,71 +308,37 @@ def _start_kubernetes(
 
 # -- command line ------------------------------------------------------------------------------
 
-# Flag -> environment key it overrides (one to one with UsageConfig fields).
-_FLAG_ENV = {
-    "listen": "LISTEN_ADDR",
-    "data_dir": "DATA_DIR",
-    "metrics": "METRICS_ADDR",
-    "kubernetes": "KUBERNETES",
-    "kubeconfig": "KUBECONFIG",
-}
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hami-accounting serve usage",
-        description="The usage recorder: stored GPU usage per pod, node and namespace, "
-        "journaled to SQLite. Flags override the HAMI_ACCOUNTING_* variables.",
-    )
-    parser.add_argument("--listen", metavar="HOST:PORT",
-                        help=f"gRPC address ({env_name('LISTEN_ADDR')}; default 127.0.0.1:50053)")
-    parser.add_argument("--data-dir", metavar="DIR",
-                        help=f"journal directory ({env_name('DATA_DIR')}; default ./data)")
-    parser.add_argument("--metrics", metavar="HOST:PORT|off",
-                        help=f"Prometheus address ({env_name('METRICS_ADDR')}; "
-                        "default 127.0.0.1:9103)")
-    parser.add_argument("--kubernetes", choices=KUBERNETES_MODES,
-                        help=f"Kubernetes source ({env_name('KUBERNETES')}; default off)")
-    parser.add_argument("--kubeconfig", metavar="FILE",
-                        help=f"kubeconfig for --kubernetes kubeconfig ({env_name('KUBECONFIG')} "
-                        "or KUBECONFIG)")
-    return parser
+SPEC: DaemonSpec[UsageConfig, UsageRecorder] = DaemonSpec(
+    name="usage",
+    description="The usage recorder: stored GPU usage per pod, node and namespace, journaled to "
+    "SQLite, and the accounting policy every daemon answers under.",
+    flags=(
+        Flag("--data-dir", "DATA_DIR", "journal directory; default ./data", {"metavar": "DIR"}),
+        Flag("--kubernetes", "KUBERNETES", "Kubernetes source; default off",
+             {"choices": KUBERNETES_MODES}),
+        Flag("--kubeconfig", "KUBECONFIG", "kubeconfig for --kubernetes kubeconfig (or "
+             "KUBECONFIG)", {"metavar": "FILE"}),
+        Flag("--memory-factor", "MEMORY_FACTOR", "HAMi's memoryFactor, for every daemon; "
+             "default 1", {"metavar": "N"}),
+        Flag("--enforce-gpu-count", "ENFORCE_GPU_COUNT", "enforce limits.nvidia.com/gpu where "
+             "set, in every daemon; default true", {"metavar": "true|false"}),
+    ),
+    read_config=UsageConfig.from_env,
+    start=lambda config, tracer_provider: start(config, tracer_provider=tracer_provider),
+    serving_fields=lambda config, recorder: {
+        "data_dir": str(config.data_dir),
+        "kubernetes": config.kubernetes,
+        "leader_election": config.leader_election,
+        "policy_id": recorder.store.policy.policy_id,
+        "policy": recorder.store.policy.describe(),
+    },
+    start_errors=(JournalError,),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the recorder until SIGTERM/SIGINT; returns the process exit code."""
-    args = _parser().parse_args(argv)
-    env = environment_with_flags(args, _FLAG_ENV, os.environ)
-    try:
-        config = UsageConfig.from_env(env)
-    except ConfigError as error:
-        print(f"hami-accounting serve usage: {error}", file=sys.stderr)
-        return 2
-    configure_logging("usage", config.common.log_level)
-    tracer_provider = telemetry.tracer_provider_from_env("usage")
-    try:
-        start_metrics_server(config.common.metrics_addr)
-        recorder = start(config, tracer_provider=tracer_provider)
-    except (MetricsError, ServerStartError, JournalError) as error:
-        _LOG.error("cannot start the usage recorder: %s", error)
-        telemetry.shutdown(tracer_provider)
-        return 1
-    except Exception as error:
-        # KubernetesConfigError and friends: a bad environment, not a bug worth a stack.
-        _LOG.error("cannot start the usage recorder: %s", error, exc_info=True)
-        telemetry.shutdown(tracer_provider)
-        return 1
-    _LOG.info(
-        "usage recorder serving",
-        extra={
-            "target": recorder.target,
-            "data_dir": str(config.data_dir),
-            "kubernetes": config.kubernetes,
-            "leader_election": config.leader_election,
-        },
-    )
-    run_until_signalled(recorder.handle, on_stop=recorder.shutdown_background)
-    return 0
+    return run(SPEC, argv)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from accounting.model import VendorResources
+from accounting.policy import AccountingPolicy
 from accounting.validate import MAX_MEMORY_FACTOR
 from services.common.config import (
     CommonConfig,
     env_bool,
+    env_choice,
     env_int,
     env_name,
     env_path,
@@ -61,8 +64,13 @@ class UsageConfig:
     identity: str = ""
     """This replica's holder identity (HAMI_ACCOUNTING_POD_NAME; default the hostname)."""
     memory_factor: int = 1
-    """HAMi's memoryFactor: quota limits on memory are multiplied by it (>= 1;
-    HAMI_ACCOUNTING_MEMORY_FACTOR)."""
+    """HAMi's memoryFactor: memory requests are multiplied by it once, and memory limits with
+    them (1..1024; HAMI_ACCOUNTING_MEMORY_FACTOR). Part of the accounting policy the recorder
+    publishes: the admission and scheduler daemons take it from here."""
+    enforce_gpu_count: bool = True
+    """Enforce ``limits.nvidia.com/gpu`` where a namespace sets it
+    (HAMI_ACCOUNTING_ENFORCE_GPU_COUNT, default true; HAMi has no count quota, ``false``
+    restores its behaviour). Part of the published accounting policy."""
     journal_sync: str = "normal"
     """SQLite ``synchronous`` of the journal: ``normal`` survives a process kill, ``full`` also
     a power loss, one fsync per write (HAMI_ACCOUNTING_JOURNAL_SYNC)."""
@@ -70,6 +78,14 @@ class UsageConfig:
     @property
     def kubernetes_enabled(self) -> bool:
         return self.kubernetes != "off"
+
+    @property
+    def policy(self) -> AccountingPolicy:
+        """The accounting policy this recorder decides under and publishes."""
+        return AccountingPolicy(
+            (VendorResources(memory_factor=self.memory_factor),),
+            enforce_gpu_count=self.enforce_gpu_count,
+        )
 
     @classmethod
     def from_env(
@@ -86,13 +102,7 @@ class UsageConfig:
         problems: list[str] = []
         common = CommonConfig.for_service(env, "usage", problems=problems)
         data_dir = env_path(env, "DATA_DIR", DEFAULT_DATA_DIR, problems=problems)
-        kubernetes = env_str(env, "KUBERNETES", "off", problems=problems).lower()
-        if kubernetes not in KUBERNETES_MODES:
-            problems.append(
-                f"{env_name('KUBERNETES')} must be one of {', '.join(KUBERNETES_MODES)}, "
-                f"got {kubernetes!r}"
-            )
-            kubernetes = "off"
+        kubernetes = env_choice(env, "KUBERNETES", KUBERNETES_MODES, "off", problems=problems)
         kubeconfig = env_path(env, "KUBECONFIG", problems=problems)
         if kubeconfig is None and env.get("KUBECONFIG", "").strip():
             # Only the first file of a KUBECONFIG list: the client reads one file.
@@ -111,13 +121,10 @@ class UsageConfig:
         memory_factor = env_int(
             env, "MEMORY_FACTOR", 1, problems=problems, minimum=1, maximum=MAX_MEMORY_FACTOR
         )
-        journal_sync = env_str(env, "JOURNAL_SYNC", "normal", problems=problems).lower()
-        if journal_sync not in SYNCHRONOUS_MODES:
-            problems.append(
-                f"{env_name('JOURNAL_SYNC')} must be one of {', '.join(SYNCHRONOUS_MODES)}, "
-                f"got {journal_sync!r}"
-            )
-            journal_sync = "normal"
+        enforce_gpu_count = env_bool(env, "ENFORCE_GPU_COUNT", True, problems=problems)
+        journal_sync = env_choice(
+            env, "JOURNAL_SYNC", SYNCHRONOUS_MODES, "normal", problems=problems
+        )
         raise_if_problems(problems)
         return cls(
             common=common,
@@ -129,5 +136,6 @@ class UsageConfig:
             lease_namespace=lease_namespace,
             identity=identity,
             memory_factor=memory_factor,
+            enforce_gpu_count=enforce_gpu_count,
             journal_sync=journal_sync,
         )

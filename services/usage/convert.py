@@ -14,6 +14,7 @@ from accounting.errors import InvalidInputError
 from accounting.ledger import LedgerChange, RecordOutcome, ReserveOutcome
 from accounting.lifecycle import StoredPod
 from accounting.model import NVIDIA_RESOURCES, Pod, QuotaItem, VendorResources
+from accounting.policy import AccountingPolicy
 from accounting.validate import BoundedViolations, quote
 from hami.accounting.v1 import types_pb2, usage_pb2
 from services.common import convert as common
@@ -25,6 +26,7 @@ EVENT_KIND_TO_PB: Mapping[EventKind, usage_pb2.UsageEventKind.ValueType] = {
     EventKind.POD_FORGOTTEN: usage_pb2.USAGE_EVENT_KIND_POD_FORGOTTEN,
     EventKind.NODE_REGISTERED: usage_pb2.USAGE_EVENT_KIND_NODE_REGISTERED,
     EventKind.QUOTA_SET: usage_pb2.USAGE_EVENT_KIND_QUOTA_SET,
+    EventKind.POLICY: usage_pb2.USAGE_EVENT_KIND_POLICY,
 }
 
 
@@ -146,8 +148,14 @@ def quota_items_to_pb(items: Sequence[QuotaItem]) -> list[types_pb2.QuotaItem]:
     return [common.quota_item_to_pb(item) for item in items]
 
 
-def namespace_usage_response(items: Sequence[QuotaItem]) -> usage_pb2.GetNamespaceUsageResponse:
-    return usage_pb2.GetNamespaceUsageResponse(items=quota_items_to_pb(items))
+def namespace_usage_response(
+    items: Sequence[QuotaItem], policy_id: str
+) -> usage_pb2.GetNamespaceUsageResponse:
+    return usage_pb2.GetNamespaceUsageResponse(items=quota_items_to_pb(items), policy_id=policy_id)
+
+
+def policy_response(policy: AccountingPolicy) -> usage_pb2.GetPolicyResponse:
+    return usage_pb2.GetPolicyResponse(policy=common.policy_to_pb(policy))
 
 
 def set_quota_response(items: Sequence[QuotaItem]) -> usage_pb2.SetQuotaResponse:
@@ -173,6 +181,8 @@ def event_to_pb(
         message.namespace_items.extend(quota_items_to_pb(event.namespace_items))
     if event.node is not None and WatchContent.NODES in content:
         message.node.CopyFrom(node_usage_to_pb(event.node))
+    if event.policy is not None:
+        message.policy.CopyFrom(common.policy_to_pb(event.policy))
     return message
 
 

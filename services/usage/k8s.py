@@ -24,7 +24,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from http import HTTPStatus
@@ -38,7 +38,8 @@ from kubernetes.client.exceptions import ApiException
 from accounting import kube_node, kube_pod, quantity
 from accounting.annotations import NODE_REGISTER_ANNOTATION, VGPU_NODE_ANNOTATION
 from accounting.errors import InvalidInputError
-from accounting.model import NVIDIA_RESOURCES, Device, Pod
+from accounting.model import Device, Pod
+from accounting.policy import DEFAULT_POLICY, AccountingPolicy
 from accounting.quota import merge_quota_limits, quota_keys
 from accounting.validate import MAX_QUOTA_LIMIT
 
@@ -59,8 +60,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-QUOTA_KEYS: tuple[str, ...] = tuple(quota_keys((NVIDIA_RESOURCES,)))
-"""ResourceQuota spec.hard keys we read: HAMi's two plus our device-count extension."""
+QUOTA_KEYS: tuple[str, ...] = tuple(quota_keys(DEFAULT_POLICY.vendors))
+"""ResourceQuota spec.hard keys read under the default policy: HAMi's two plus our device-count
+extension (a source reads the keys of its recorder's policy)."""
 
 _PODS = "pods"
 _NODES = "nodes"
@@ -171,10 +173,10 @@ def api_client_from_mode(mode: str, kubeconfig: str | None) -> ApiClient | None:
 # -- ResourceQuota limits ------------------------------------------------------------------------
 
 
-def quota_limits(quota: Mapping[str, Any]) -> dict[str, int]:
+def quota_limits(quota: Mapping[str, Any], keys: Iterable[str] = QUOTA_KEYS) -> dict[str, int]:
     """The GPU limits of one ResourceQuota object (decoded JSON), from ``spec.hard``.
 
-    Only ``QUOTA_KEYS`` are read, as Kubernetes quantities (``accounting.quantity``): a whole
+    Only ``keys`` are read, as Kubernetes quantities (``accounting.quantity``): a whole
     number from 0 to ``MAX_QUOTA_LIMIT`` (10^12), whatever its suffix ("24576", "24Ki", "2k");
     anything else ("1.5", "500m", "abc", a negative number, "1e15") is skipped with a warning.
     """
@@ -184,7 +186,7 @@ def quota_limits(quota: Mapping[str, Any]) -> dict[str, int]:
     if not isinstance(hard, Mapping):
         return {}
     limits: dict[str, int] = {}
-    for key in QUOTA_KEYS:
+    for key in keys:
         if key not in hard:
             continue
         value = _whole_quantity(hard[key])
@@ -238,6 +240,7 @@ class KubernetesSource:
         api_client: ApiClient,
         sink: UsageSink,
         *,
+        policy: AccountingPolicy = DEFAULT_POLICY,
         resync_s: float = 3600.0,
         watch_timeout_s: int = 300,
         list_page_size: int = 500,
@@ -249,6 +252,8 @@ class KubernetesSource:
         Args:
             api_client: the official client's ApiClient, e.g. from ``api_client_from_mode``.
             sink: where pods, nodes and quotas go.
+            policy: the recorder's accounting policy: which resources pods are read for, and
+                which ResourceQuota keys are read.
             resync_s: a full re-list and reconcile at least this often, a safety net against
                 missed events; 0 disables it.
             watch_timeout_s: ``timeoutSeconds`` of each watch request (whole seconds, >= 1);
@@ -263,6 +268,8 @@ class KubernetesSource:
             raise ValueError("resync_s must not be negative")
         core = client.CoreV1Api(api_client)
         self._sink = sink
+        self._vendors = policy.vendors
+        self._quota_keys = tuple(quota_keys(policy.vendors))
         self._resync_s = resync_s
         self._watch_timeout_s = int(watch_timeout_s)
         self._list_page_size = list_page_size
@@ -532,7 +539,7 @@ class KubernetesSource:
             "pod_name": metadata.get("name"),
         }
         try:
-            pod = kube_pod.parse_pod(obj)
+            pod = kube_pod.parse_pod(obj, self._vendors)
         except InvalidInputError as error:
             # Never the pod spec in the log: only who it is and what is wrong.
             logger.warning(
@@ -615,7 +622,7 @@ class KubernetesSource:
             metadata = _metadata(item)
             namespace, name = metadata.get("namespace"), metadata.get("name")
             if namespace and name:
-                quotas.setdefault(namespace, {})[name] = quota_limits(item)
+                quotas.setdefault(namespace, {})[name] = quota_limits(item, self._quota_keys)
         # As for nodes: a ResourceQuota deleted while the recorder was down is only in the journal.
         stale = (set(self._quota_sent) | self._sink.quota_namespaces()) - set(quotas)
         self._quotas = quotas
@@ -631,7 +638,7 @@ class KubernetesSource:
         if event_type == "DELETED":
             in_namespace.pop(name, None)
         else:
-            in_namespace[name] = quota_limits(obj)
+            in_namespace[name] = quota_limits(obj, self._quota_keys)
         if not in_namespace:
             del self._quotas[namespace]
         self._send_quota(namespace, unchanged_ok=True)

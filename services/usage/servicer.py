@@ -9,13 +9,12 @@ reads.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Protocol, TypeVar
 
 import grpc
 
 from accounting.errors import AccountingError
-from accounting.model import NVIDIA_RESOURCES, VendorResources
 from hami.accounting.v1 import usage_pb2, usage_pb2_grpc
 from services.common import convert as common
 from services.common.errors import map_errors
@@ -68,12 +67,12 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
         self,
         store: UsageStore,
         *,
-        vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
         leader: LeaderStatus | None = None,
         watch_poll_s: float = WATCH_POLL_S,
     ) -> None:
         self._store = store
-        self._vendors = tuple(vendors)
+        # Pods are read with the resource names of the policy the store decides under.
+        self._vendors = store.policy.vendors
         self._leader = leader
         self._watch_poll_s = watch_poll_s
 
@@ -115,7 +114,7 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     ) -> usage_pb2.ReserveResponse:
         self._require_leader()
         pod = convert.reserve_pod(request, self._vendors)
-        outcome = self._store.reserve(pod, request.node_name)
+        outcome = self._store.reserve(pod, request.node_name, policy_id=request.policy_id)
         return self._with_revision(convert.reserve_response(outcome))
 
     @map_errors
@@ -155,14 +154,24 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     def GetNamespaceUsage(
         self, request: usage_pb2.GetNamespaceUsageRequest, context: grpc.ServicerContext
     ) -> usage_pb2.GetNamespaceUsageResponse:
-        return convert.namespace_usage_response(self._store.namespace_items(request.namespace))
+        return convert.namespace_usage_response(
+            self._store.namespace_items(request.namespace), self._store.policy.policy_id
+        )
+
+    @map_errors
+    def GetPolicy(
+        self, request: usage_pb2.GetPolicyRequest, context: grpc.ServicerContext
+    ) -> usage_pb2.GetPolicyResponse:
+        return convert.policy_response(self._store.policy)
 
     @map_errors
     def WatchUsage(
         self, request: usage_pb2.WatchUsageRequest, context: grpc.ServicerContext
     ) -> Iterator[usage_pb2.UsageEvent]:
         content = convert.watch_content(request)
-        subscription = self._store.subscribe(request.send_initial_state, content)
+        subscription = self._store.subscribe(
+            request.send_initial_state, content, send_policy=request.send_policy
+        )
         # A client that goes away wakes the loop at once instead of at the next poll.
         context.add_callback(subscription.close)
         try:

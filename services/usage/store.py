@@ -34,15 +34,14 @@ from accounting.errors import InvalidInputError, Violations
 from accounting.ledger import Ledger, LedgerChange, RecordOutcome, ReserveOutcome, ReserveReason
 from accounting.lifecycle import Decision, StoredPod
 from accounting.model import (
-    NVIDIA_RESOURCES,
     TRACEPARENT_ANNOTATION,
     Device,
     DeviceState,
     DeviceUsage,
     Pod,
     QuotaItem,
-    VendorResources,
 )
+from accounting.policy import AccountingPolicy
 from accounting.quota import quota_items_from_limits, quota_keys
 from accounting.validate import MAX_QUOTA_LIMIT, validate_devices
 from services.common import metrics, telemetry
@@ -75,6 +74,8 @@ class EventKind(enum.Enum):
     """Kinds of change (UsageEventKind in the schema)."""
 
     SNAPSHOT = "snapshot"
+    POLICY = "policy"
+    """The accounting policy in force: the first event of every initial state."""
     POD_CHANGED = "pod_changed"
     POD_FORGOTTEN = "pod_forgotten"
     NODE_REGISTERED = "node_registered"
@@ -111,6 +112,7 @@ class UsageEvent:
     namespace_items: tuple[QuotaItem, ...] = ()
     node: NodeSnapshot | None = None
     stored: tuple[DeviceUsage, ...] = ()
+    policy: AccountingPolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +228,6 @@ class UsageStore:
         journal: Journal | None,
         *,
         tracer: trace.Tracer | None = None,
-        vendor: VendorResources = NVIDIA_RESOURCES,
         max_watch_events: int = DEFAULT_MAX_WATCH_EVENTS,
         on_synced: Callable[[bool], None] | None = None,
     ) -> None:
@@ -236,14 +237,12 @@ class UsageStore:
             ledger: the in-memory ledger; only this store may touch it from now on.
             journal: where each change is committed before it is acknowledged.
             tracer: spans usage.record/shrink/release/reserve; None traces nothing.
-            vendor: the vendor whose memory and cores the ledger gauges report.
             max_watch_events: queue bound of each watcher.
             on_synced: told when the Kubernetes source has (or has lost) a full sync.
         """
         self._ledger = ledger
         self._journal = journal
         self._tracer = tracer or trace.NoOpTracer()
-        self._vendor = vendor
         self._max_watch_events = max_watch_events
         self._lock = threading.Lock()
         self._subscriptions: set[Subscription] = set()
@@ -398,10 +397,10 @@ class UsageStore:
         )
         return change
 
-    def reserve(self, pod: Pod, node_name: str) -> ReserveOutcome:
+    def reserve(self, pod: Pod, node_name: str, *, policy_id: str = "") -> ReserveOutcome:
         """Atomically re-checks node capacity and namespace quota for the pod's grants on the
-        node, then records them; a refusal (``PodForgotten`` for a deleted pod included)
-        changes nothing.
+        node, then records them; a refusal (``PodForgotten`` for a deleted pod, and
+        ``PolicyChanged`` for grants computed under another policy, included) changes nothing.
 
         Raises:
             InvalidInputError: the node is not registered or a grant names an unknown device.
@@ -414,7 +413,7 @@ class UsageStore:
         ) as span:
             with self._lock:
                 revision = self._ledger.revision
-                outcome = self._ledger.reserve(pod, node_name)
+                outcome = self._ledger.reserve(pod, node_name, policy_id=policy_id)
                 if outcome.change is not None and outcome.change.changed:
                     self._commit_pod_change(outcome.change, revision, _traceparent(pod))
             telemetry.set_attributes(
@@ -580,9 +579,9 @@ class UsageStore:
         found = Violations()
         if not namespace:
             found.add("namespace", "must not be empty")
-        by_resource = quota_items_from_limits(limits, self._vendor)
+        by_resource = quota_items_from_limits(limits, self.policy.vendors)
         if len(by_resource) != len(limits):
-            known = tuple(quota_keys((self._vendor,)))
+            known = tuple(quota_keys(self.policy.vendors))
             for key in sorted(limits):
                 if key not in known:
                     found.add(f"limits[{key!r}]", f"unknown quota key; expected one of {known}")
@@ -641,6 +640,11 @@ class UsageStore:
         metrics.observe_journal_write(time.perf_counter() - started_s)
 
     # -- queries -------------------------------------------------------------------------------
+
+    @property
+    def policy(self) -> AccountingPolicy:
+        """The accounting policy the ledger decides under (fixed for the recorder's life)."""
+        return self._ledger.policy
 
     @property
     def revision(self) -> int:
@@ -751,15 +755,22 @@ class UsageStore:
     # -- watchers ------------------------------------------------------------------------------
 
     def subscribe(
-        self, send_initial_state: bool = False, content: WatchContent = WatchContent.ALL
+        self,
+        send_initial_state: bool = False,
+        content: WatchContent = WatchContent.ALL,
+        *,
+        send_policy: bool = False,
     ) -> Subscription:
-        """A watcher of every later change, optionally preceded by SNAPSHOT events of every node
-        and namespace (those ``content`` asks for); no change falls between the snapshot and the
-        first live event."""
+        """A watcher of every later change, optionally preceded by the initial state: with
+        ``send_policy`` a POLICY event (the policy every answer takes, whatever ``content`` asks
+        for), then SNAPSHOT events of every node and namespace (those ``content`` asks for); no
+        change falls between the snapshot and the first live event."""
         with self._lock:
             initial: list[UsageEvent] = []
             if send_initial_state:
                 revision = self._ledger.revision
+                if send_policy:
+                    initial.append(UsageEvent(EventKind.POLICY, revision, policy=self.policy))
                 if WatchContent.NODES in content:
                     initial.extend(
                         UsageEvent(EventKind.SNAPSHOT, revision, node=self._node_snapshot(name))
@@ -829,11 +840,12 @@ class UsageStore:
     def _publish_namespace_gauge(self, namespace: str) -> None:
         if not namespace:
             return
+        vendors = self.policy.vendors
         self._metrics.set_total(
             "namespace",
             namespace,
-            self._ledger.namespace_used(namespace, self._vendor.memory_resource),
-            self._ledger.namespace_used(namespace, self._vendor.core_resource),
+            sum(self._ledger.namespace_used(namespace, v.memory_resource) for v in vendors),
+            sum(self._ledger.namespace_used(namespace, v.core_resource) for v in vendors),
         )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -32,12 +32,16 @@ def start_recorder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartRe
     """Starts real usage recorders (journal in a temp dir, no metrics); stops them at the end."""
     started: list[UsageRecorder] = []
 
-    def start(listen: str = "127.0.0.1:0", data_dir: Path | None = None) -> UsageRecorder:
+    def start(
+        listen: str = "127.0.0.1:0", data_dir: Path | None = None, **policy: str
+    ) -> UsageRecorder:
+        """``policy``: the recorder's accounting policy settings, e.g. ``memory_factor="4"``."""
         directory = data_dir or tmp_path_factory.mktemp("usage")
         recorder = start_usage(UsageConfig.from_env({
             "HAMI_ACCOUNTING_LISTEN_ADDR": listen,
             "HAMI_ACCOUNTING_DATA_DIR": str(directory),
             "HAMI_ACCOUNTING_METRICS_ADDR": "off",
+            **{f"HAMI_ACCOUNTING_{key.upper()}": value for key, value in policy.items()},
         }), max_workers=8)
         started.append(recorder)
         return recorder
@@ -58,6 +62,23 @@ def usage_recorder(start_recorder: StartRecorder) -> UsageRecorder:
 def recorder(usage_recorder: UsageRecorder) -> Iterator[Recorder]:
     with client_channel(usage_recorder.target) as channel:
         yield Recorder(usage_recorder.target, usage_pb2_grpc.UsageRecorderStub(channel))
+
+
+@pytest.fixture
+def recorder_with_policy(start_recorder: StartRecorder) -> Iterator[Callable[..., Recorder]]:
+    """Clients of fresh recorders, each under its own accounting policy (``memory_factor="4"``):
+    the policy is the recorder's configuration, and every daemon reading it answers under it."""
+    channels: list[grpc.Channel] = []
+
+    def make(**policy: str) -> Recorder:
+        usage = start_recorder(**policy)
+        channel = client_channel(usage.target)
+        channels.append(channel)
+        return Recorder(usage.target, usage_pb2_grpc.UsageRecorderStub(channel))
+
+    yield make
+    for channel in channels:
+        channel.close()
 
 
 @pytest.fixture
@@ -95,7 +116,8 @@ def start_admission_daemon(
 
 @pytest.fixture
 def admission(start_admission_daemon: StartAdmission) -> AdmissionDaemon:
-    """An admission daemon with the defaults (memory factor 1, the WatchUsage cache)."""
+    """An admission daemon with the defaults (the WatchUsage cache), reading the shared recorder
+    (the default policy: memory factor 1)."""
     return start_admission_daemon()
 
 

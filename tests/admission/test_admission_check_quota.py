@@ -6,6 +6,7 @@ typed messages and as Kubernetes JSON.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -274,11 +275,13 @@ def test_a12_reports_both_exceeded_dimensions_and_the_memory_reason_first(
 @pytest.mark.parametrize(("app_mib", "allowed"), [(4096, True), (8193, False)])
 def test_a9_the_memory_factor_is_applied_once_to_request_and_limit(
     source: str, app_mib: int, allowed: bool, start_admission_daemon: StartAdmission,
-    recorder: Recorder,
+    recorder_with_policy: Callable[..., Recorder],
 ) -> None:
     namespace = fresh_namespace("a9")
+    # The memory factor is the recorder's policy, which admission takes from it.
+    recorder = recorder_with_policy(memory_factor="4")
     recorder.set_quota(namespace, mib=8192)
-    daemon = start_admission_daemon(memory_factor="4")
+    daemon = start_admission_daemon(usage_addr=recorder.target)
     pod = PodCase((app("a", app_mib),))
 
     with client_channel(daemon.target) as channel:
@@ -338,11 +341,13 @@ def test_the_gpu_count_is_a_quota_dimension_enforced_by_default(
 
 
 def test_the_gpu_count_is_reported_but_not_enforced_when_switched_off(
-    start_admission_daemon: StartAdmission, recorder: Recorder
+    start_admission_daemon: StartAdmission, recorder_with_policy: Callable[..., Recorder]
 ) -> None:
     namespace = fresh_namespace("count-off")
+    # Switched off in the recorder's policy, which admission takes from it.
+    recorder = recorder_with_policy(enforce_gpu_count="false")
     recorder.set_quota(namespace, mib=100000, count=1)
-    daemon = start_admission_daemon(enforce_gpu_count="false")
+    daemon = start_admission_daemon(usage_addr=recorder.target)
 
     with client_channel(daemon.target) as channel:
         response = checker(channel)(PodCase((app("a", 100, count=2),)).typed(namespace))

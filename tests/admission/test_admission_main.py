@@ -39,7 +39,6 @@ def test_defaults() -> None:
     assert config.common.listen_addr == "127.0.0.1:50051"
     assert config.common.metrics_addr == "127.0.0.1:9101"
     assert config.usage_addr == "127.0.0.1:50053"
-    assert (config.memory_factor, config.enforce_gpu_count) == (1, True)
     assert config.usage_cache == "watch"
     assert config.webhook_addr is None and not config.webhook_enabled
 
@@ -49,8 +48,6 @@ def test_every_variable(serving_certificate: tuple[Path, Path]) -> None:
     config = AdmissionConfig.from_env({
         "HAMI_ACCOUNTING_LISTEN_ADDR": "0.0.0.0:6000",
         "HAMI_ACCOUNTING_USAGE_ADDR": "usage:50053",
-        "HAMI_ACCOUNTING_MEMORY_FACTOR": "4",
-        "HAMI_ACCOUNTING_ENFORCE_GPU_COUNT": "false",
         "HAMI_ACCOUNTING_USAGE_CACHE": "off",
         "HAMI_ACCOUNTING_WEBHOOK_CERT_FILE": str(cert),
         "HAMI_ACCOUNTING_WEBHOOK_KEY_FILE": str(key),
@@ -58,7 +55,6 @@ def test_every_variable(serving_certificate: tuple[Path, Path]) -> None:
 
     assert config.common.listen_addr == "0.0.0.0:6000"
     assert config.usage_addr == "usage:50053"
-    assert (config.memory_factor, config.enforce_gpu_count) == (4, False)
     assert config.usage_cache == "off"
     # The webhook listens on its default address once a certificate is configured.
     assert config.webhook_addr == "0.0.0.0:8443"
@@ -79,6 +75,15 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     for name in ("USAGE_ADDR", "MEMORY_FACTOR", "ENFORCE_GPU_COUNT", "USAGE_CACHE",
                  "WEBHOOK_CERT_FILE", "WEBHOOK_KEY_FILE"):
         assert f"HAMI_ACCOUNTING_{name}" in text
+
+
+@pytest.mark.parametrize("name", ["MEMORY_FACTOR", "ENFORCE_GPU_COUNT"])
+def test_the_recorders_policy_settings_are_refused_here(name: str) -> None:
+    # The accounting policy is the recorder's: set here it would change nothing, and whoever
+    # set it would believe it in force.
+    with pytest.raises(ConfigError) as caught:
+        AdmissionConfig.from_env({f"HAMI_ACCOUNTING_{name}": "1"})
+    assert f"HAMI_ACCOUNTING_{name} is the usage recorder's setting" in str(caught.value)
 
 
 def test_a_webhook_address_without_a_certificate_is_refused() -> None:
@@ -111,7 +116,7 @@ def test_the_daemon_runs_as_a_module_and_stops_on_sigterm(
         [str(REPO_ROOT), str(REPO_ROOT / "gen"), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen(
         [sys.executable, "-m", "services.admission", "--listen", f"127.0.0.1:{port}",
-         "--usage-addr", recorder.target, "--metrics", "off", "--memory-factor", "1",
+         "--usage-addr", recorder.target, "--metrics", "off",
          "--webhook-addr", f"127.0.0.1:{webhook_port}", "--webhook-cert-file", str(cert),
          "--webhook-key-file", str(key)],
         cwd=REPO_ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -86,3 +86,11 @@ def test_variable_is_read_by_the_daemon_it_is_set_on(daemon: str, name: str) -> 
     sources = sources_of(daemon)
     read = f'"{key}"' in sources or f'"{name}"' in sources
     assert read, f"the {daemon} daemon never reads {name}"
+
+
+@pytest.mark.parametrize("daemon", ["admission", "scheduler"])
+def test_the_accounting_policy_is_set_on_the_recorder_only(daemon: str) -> None:
+    # One policy (docs/design.md): the other daemons take it from the recorder and refuse it.
+    policy = {f"{PREFIX}MEMORY_FACTOR", f"{PREFIX}ENFORCE_GPU_COUNT"}
+    assert not BY_DAEMON[daemon] & policy
+    assert policy <= BY_DAEMON["usage"]

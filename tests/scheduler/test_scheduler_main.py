@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import services.common.daemon
 import services.scheduler.__main__ as scheduler_main
 from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc
 from services.cli import check_health
@@ -35,7 +36,7 @@ def test_defaults() -> None:
     assert config.common.metrics_addr == "127.0.0.1:9102"
     assert config.usage_addr == "127.0.0.1:50053"
     assert (config.node_policy, config.gpu_policy) == ("binpack", "spread")
-    assert (config.memory_factor, config.reserve_attempts) == (1, 3)
+    assert config.reserve_attempts == 3
     assert config.usage_timeout_s == 2.0
     assert config.node_cache == "watch"
 
@@ -47,7 +48,6 @@ def test_every_variable() -> None:
         "HAMI_ACCOUNTING_USAGE_ADDR": "usage:50053",
         "HAMI_ACCOUNTING_NODE_SCHEDULER_POLICY": "Spread",
         "HAMI_ACCOUNTING_GPU_SCHEDULER_POLICY": "BINPACK",
-        "HAMI_ACCOUNTING_MEMORY_FACTOR": "4",
         "HAMI_ACCOUNTING_RESERVE_ATTEMPTS": "5",
         "HAMI_ACCOUNTING_USAGE_TIMEOUT_MS": "750",
         "HAMI_ACCOUNTING_NODE_CACHE": "OFF",
@@ -57,7 +57,7 @@ def test_every_variable() -> None:
     assert config.common.metrics_addr is None
     assert config.usage_addr == "usage:50053"
     assert (config.node_policy, config.gpu_policy) == ("spread", "binpack")
-    assert (config.memory_factor, config.reserve_attempts) == (4, 5)
+    assert config.reserve_attempts == 5
     assert config.usage_timeout_s == 0.75
     assert config.node_cache == "off"
 
@@ -92,11 +92,11 @@ def test_flags_map_one_to_one_to_the_variables(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(scheduler_main, "start", fake_start)
     # Keep this process's logging as it was (main installs the JSON handler).
     levels: list[str] = []
-    monkeypatch.setattr(scheduler_main, "configure_logging",
+    monkeypatch.setattr(services.common.daemon, "configure_logging",
                         lambda _service, level: levels.append(level))
     code = main([
         "--listen", "127.0.0.1:7002", "--usage-addr", "10.0.0.1:50053", "--metrics", "off",
-        "--node-policy", "spread", "--gpu-policy", "binpack", "--memory-factor", "2",
+        "--node-policy", "spread", "--gpu-policy", "binpack",
         "--reserve-attempts", "4", "--usage-timeout-ms", "500", "--log-level", "warning",
         "--node-cache", "off",
     ])
@@ -107,7 +107,7 @@ def test_flags_map_one_to_one_to_the_variables(monkeypatch: pytest.MonkeyPatch) 
     assert config.usage_addr == "10.0.0.1:50053"
     assert config.common.metrics_addr is None
     assert (config.node_policy, config.gpu_policy) == ("spread", "binpack")
-    assert (config.memory_factor, config.reserve_attempts, config.usage_timeout_ms) == (2, 4, 500)
+    assert (config.reserve_attempts, config.usage_timeout_ms) == (4, 500)
     assert config.node_cache == "off"
     assert config.common.log_level == levels[0] == "WARNING"
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from hami.accounting.v1 import types_pb2 as hami_dot_accounting_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"hami/accounting/v1/admission.proto\x12\x12hami.accounting.v1\x1a\x1ehami/accounting/v1/types.proto\"\x84\x01\n\x11\x43heckQuotaRequest\x12&\n\x03pod\x18\x01 \x01(\x0b\x32\x17.hami.accounting.v1.PodH\x00\x12\x1d\n\x13kubernetes_pod_json\x18\x02 \x01(\x0cH\x00\x12\x1a\n\x12min_usage_revision\x18\x03 \x01(\x03\x42\x0c\n\npod_source\"\x89\x01\n\x0eQuotaCheckItem\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\trequested\x18\x02 \x01(\x03\x12\x0c\n\x04used\x18\x03 \x01(\x03\x12\r\n\x05limit\x18\x04 \x01(\x03\x12\x11\n\tlimit_set\x18\x05 \x01(\x08\x12\x10\n\x08\x65xceeded\x18\x06 \x01(\x08\x12\x10\n\x08\x65nforced\x18\x07 \x01(\x08\"\xd7\x01\n\x12\x43heckQuotaResponse\x12\x0f\n\x07\x61llowed\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x13\n\x0btraceparent\x18\x04 \x01(\t\x12\x34\n\teffective\x18\x05 \x03(\x0b\x32!.hami.accounting.v1.VendorRequest\x12\x31\n\x05items\x18\x06 \x03(\x0b\x32\".hami.accounting.v1.QuotaCheckItem\x12\x11\n\tnamespace\x18\x07 \x01(\t2h\n\tAdmission\x12[\n\nCheckQuota\x12%.hami.accounting.v1.CheckQuotaRequest\x1a&.hami.accounting.v1.CheckQuotaResponseB8Z6hami-accounting/gen/go/hami/accounting/v1;accountingv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"hami/accounting/v1/admission.proto\x12\x12hami.accounting.v1\x1a\x1ehami/accounting/v1/types.proto\"\x84\x01\n\x11\x43heckQuotaRequest\x12&\n\x03pod\x18\x01 \x01(\x0b\x32\x17.hami.accounting.v1.PodH\x00\x12\x1d\n\x13kubernetes_pod_json\x18\x02 \x01(\x0cH\x00\x12\x1a\n\x12min_usage_revision\x18\x03 \x01(\x03\x42\x0c\n\npod_source\"\x89\x01\n\x0eQuotaCheckItem\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\trequested\x18\x02 \x01(\x03\x12\x0c\n\x04used\x18\x03 \x01(\x03\x12\r\n\x05limit\x18\x04 \x01(\x03\x12\x11\n\tlimit_set\x18\x05 \x01(\x08\x12\x10\n\x08\x65xceeded\x18\x06 \x01(\x08\x12\x10\n\x08\x65nforced\x18\x07 \x01(\x08\"\xea\x01\n\x12\x43heckQuotaResponse\x12\x0f\n\x07\x61llowed\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x13\n\x0btraceparent\x18\x04 \x01(\t\x12\x34\n\teffective\x18\x05 \x03(\x0b\x32!.hami.accounting.v1.VendorRequest\x12\x31\n\x05items\x18\x06 \x03(\x0b\x32\".hami.accounting.v1.QuotaCheckItem\x12\x11\n\tnamespace\x18\x07 \x01(\t\x12\x11\n\tpolicy_id\x18\x08 \x01(\t2h\n\tAdmission\x12[\n\nCheckQuota\x12%.hami.accounting.v1.CheckQuotaRequest\x1a&.hami.accounting.v1.CheckQuotaResponseB8Z6hami-accounting/gen/go/hami/accounting/v1;accountingv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,7 +38,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_QUOTACHECKITEM']._serialized_start=226
   _globals['_QUOTACHECKITEM']._serialized_end=363
   _globals['_CHECKQUOTARESPONSE']._serialized_start=366
-  _globals['_CHECKQUOTARESPONSE']._serialized_end=581
-  _globals['_ADMISSION']._serialized_start=583
-  _globals['_ADMISSION']._serialized_end=687
+  _globals['_CHECKQUOTARESPONSE']._serialized_end=600
+  _globals['_ADMISSION']._serialized_start=602
+  _globals['_ADMISSION']._serialized_end=706
 # @@protoc_insertion_point(module_scope)

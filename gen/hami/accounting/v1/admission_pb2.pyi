@@ -115,6 +115,7 @@ class CheckQuotaResponse(_message.Message):
     EFFECTIVE_FIELD_NUMBER: _builtins.int
     ITEMS_FIELD_NUMBER: _builtins.int
     NAMESPACE_FIELD_NUMBER: _builtins.int
+    POLICY_ID_FIELD_NUMBER: _builtins.int
     allowed: _builtins.bool
     """Whether the pod fits its namespace's quota."""
     reason: _builtins.str
@@ -129,6 +130,11 @@ class CheckQuotaResponse(_message.Message):
     """
     namespace: _builtins.str
     """The namespace that was checked."""
+    policy_id: _builtins.str
+    """The accounting policy the answer was computed under (the recorder's;
+    AccountingPolicy.policy_id). Empty when the pod asks for no extended
+    resource and no policy was needed.
+    """
     @_builtins.property
     def effective(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.VendorRequest]:
         """The pod's effective request per vendor."""
@@ -147,10 +153,11 @@ class CheckQuotaResponse(_message.Message):
         effective: _abc.Iterable[_types_pb2.VendorRequest] | None = ...,
         items: _abc.Iterable[Global___QuotaCheckItem] | None = ...,
         namespace: _builtins.str = ...,
+        policy_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed", b"allowed", "effective", b"effective", "items", b"items", "message", b"message", "namespace", b"namespace", "reason", b"reason", "traceparent", b"traceparent"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed", b"allowed", "effective", b"effective", "items", b"items", "message", b"message", "namespace", b"namespace", "policy_id", b"policy_id", "reason", b"reason", "traceparent", b"traceparent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

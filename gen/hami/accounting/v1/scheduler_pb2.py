@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from hami.accounting.v1 import types_pb2 as hami_dot_accounting_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"hami/accounting/v1/scheduler.proto\x12\x12hami.accounting.v1\x1a\x1ehami/accounting/v1/types.proto\"x\n\rFilterRequest\x12&\n\x03pod\x18\x01 \x01(\x0b\x32\x17.hami.accounting.v1.PodH\x00\x12\x1d\n\x13kubernetes_pod_json\x18\x02 \x01(\x0cH\x00\x12\x12\n\nnode_names\x18\x03 \x03(\tB\x0c\n\npod_source\"-\n\tNodeScore\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\"\xe2\x03\n\x0e\x46ilterResponse\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12H\n\x0b\x61nnotations\x18\x02 \x03(\x0b\x32\x33.hami.accounting.v1.FilterResponse.AnnotationsEntry\x12I\n\x0c\x66\x61iled_nodes\x18\x03 \x03(\x0b\x32\x33.hami.accounting.v1.FilterResponse.FailedNodesEntry\x12=\n\x10\x63ontainer_grants\x18\x04 \x03(\x0b\x32#.hami.accounting.v1.ContainerGrants\x12-\n\x06scores\x18\x05 \x03(\x0b\x32\x1d.hami.accounting.v1.NodeScore\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0f\n\x07message\x18\x07 \x01(\t\x12\x31\n\x08reserved\x18\x08 \x03(\x0b\x32\x1f.hami.accounting.v1.DeviceUsage\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x46\x61iledNodesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32\\\n\tScheduler\x12O\n\x06\x46ilter\x12!.hami.accounting.v1.FilterRequest\x1a\".hami.accounting.v1.FilterResponseB8Z6hami-accounting/gen/go/hami/accounting/v1;accountingv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"hami/accounting/v1/scheduler.proto\x12\x12hami.accounting.v1\x1a\x1ehami/accounting/v1/types.proto\"x\n\rFilterRequest\x12&\n\x03pod\x18\x01 \x01(\x0b\x32\x17.hami.accounting.v1.PodH\x00\x12\x1d\n\x13kubernetes_pod_json\x18\x02 \x01(\x0cH\x00\x12\x12\n\nnode_names\x18\x03 \x03(\tB\x0c\n\npod_source\"-\n\tNodeScore\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\"\xf5\x03\n\x0e\x46ilterResponse\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12H\n\x0b\x61nnotations\x18\x02 \x03(\x0b\x32\x33.hami.accounting.v1.FilterResponse.AnnotationsEntry\x12I\n\x0c\x66\x61iled_nodes\x18\x03 \x03(\x0b\x32\x33.hami.accounting.v1.FilterResponse.FailedNodesEntry\x12=\n\x10\x63ontainer_grants\x18\x04 \x03(\x0b\x32#.hami.accounting.v1.ContainerGrants\x12-\n\x06scores\x18\x05 \x03(\x0b\x32\x1d.hami.accounting.v1.NodeScore\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0f\n\x07message\x18\x07 \x01(\t\x12\x31\n\x08reserved\x18\x08 \x03(\x0b\x32\x1f.hami.accounting.v1.DeviceUsage\x12\x11\n\tpolicy_id\x18\t \x01(\t\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x46\x61iledNodesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32\\\n\tScheduler\x12O\n\x06\x46ilter\x12!.hami.accounting.v1.FilterRequest\x1a\".hami.accounting.v1.FilterResponseB8Z6hami-accounting/gen/go/hami/accounting/v1;accountingv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,11 +42,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODESCORE']._serialized_start=212
   _globals['_NODESCORE']._serialized_end=257
   _globals['_FILTERRESPONSE']._serialized_start=260
-  _globals['_FILTERRESPONSE']._serialized_end=742
-  _globals['_FILTERRESPONSE_ANNOTATIONSENTRY']._serialized_start=640
-  _globals['_FILTERRESPONSE_ANNOTATIONSENTRY']._serialized_end=690
-  _globals['_FILTERRESPONSE_FAILEDNODESENTRY']._serialized_start=692
-  _globals['_FILTERRESPONSE_FAILEDNODESENTRY']._serialized_end=742
-  _globals['_SCHEDULER']._serialized_start=744
-  _globals['_SCHEDULER']._serialized_end=836
+  _globals['_FILTERRESPONSE']._serialized_end=761
+  _globals['_FILTERRESPONSE_ANNOTATIONSENTRY']._serialized_start=659
+  _globals['_FILTERRESPONSE_ANNOTATIONSENTRY']._serialized_end=709
+  _globals['_FILTERRESPONSE_FAILEDNODESENTRY']._serialized_start=711
+  _globals['_FILTERRESPONSE_FAILEDNODESENTRY']._serialized_end=761
+  _globals['_SCHEDULER']._serialized_start=763
+  _globals['_SCHEDULER']._serialized_end=855
 # @@protoc_insertion_point(module_scope)

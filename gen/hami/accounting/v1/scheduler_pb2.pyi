@@ -132,6 +132,7 @@ class FilterResponse(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     RESERVED_FIELD_NUMBER: _builtins.int
+    POLICY_ID_FIELD_NUMBER: _builtins.int
     node_name: _builtins.str
     """The chosen node; empty when no node fits."""
     reason: _builtins.str
@@ -140,6 +141,11 @@ class FilterResponse(_message.Message):
     """
     message: _builtins.str
     """One sentence on the outcome."""
+    policy_id: _builtins.str
+    """The accounting policy the answer was computed under (the recorder's;
+    AccountingPolicy.policy_id). Empty when the pod asks for no extended
+    resource and no policy was needed.
+    """
     @_builtins.property
     def annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Annotations to patch onto the pod, byte-compatible with HAMi:
@@ -178,10 +184,11 @@ class FilterResponse(_message.Message):
         reason: _builtins.str = ...,
         message: _builtins.str = ...,
         reserved: _abc.Iterable[_types_pb2.DeviceUsage] | None = ...,
+        policy_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "container_grants", b"container_grants", "failed_nodes", b"failed_nodes", "message", b"message", "node_name", b"node_name", "reason", b"reason", "reserved", b"reserved", "scores", b"scores"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "container_grants", b"container_grants", "failed_nodes", b"failed_nodes", "message", b"message", "node_name", b"node_name", "policy_id", b"policy_id", "reason", b"reason", "reserved", b"reserved", "scores", b"scores"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -735,3 +735,106 @@ class ContainerGrants(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ContainerGrants: _TypeAlias = ContainerGrants  # noqa: Y015
+
+@_typing.final
+class VendorPolicy(_message.Message):
+    """How one vendor's devices are asked for in container resources, and sized
+    when a container leaves something out (HAMi's resource names and device
+    defaults).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VENDOR_FIELD_NUMBER: _builtins.int
+    COUNT_RESOURCE_FIELD_NUMBER: _builtins.int
+    MEMORY_RESOURCE_FIELD_NUMBER: _builtins.int
+    MEMORY_PERCENTAGE_RESOURCE_FIELD_NUMBER: _builtins.int
+    CORE_RESOURCE_FIELD_NUMBER: _builtins.int
+    MEMORY_FACTOR_FIELD_NUMBER: _builtins.int
+    DEFAULT_MEMORY_MIB_FIELD_NUMBER: _builtins.int
+    DEFAULT_CORE_PERCENT_FIELD_NUMBER: _builtins.int
+    DEFAULT_GPU_COUNT_FIELD_NUMBER: _builtins.int
+    vendor: _builtins.str
+    """Vendor keyword, e.g. "NVIDIA" (DeviceRequest.vendor, DeviceGrant.device_type)."""
+    count_resource: _builtins.str
+    """Resource name of the device count, e.g. nvidia.com/gpu."""
+    memory_resource: _builtins.str
+    """Resource name of the memory per device in MiB, e.g. nvidia.com/gpumem."""
+    memory_percentage_resource: _builtins.str
+    """Resource name of the memory as a percentage of a card, e.g.
+    nvidia.com/gpumem-percentage.
+    """
+    core_resource: _builtins.str
+    """Resource name of the compute per device in percent, e.g. nvidia.com/gpucores."""
+    memory_factor: _builtins.int
+    """Memory requests in MiB are multiplied by this, and memory limits with them
+    (HAMi's memoryFactor, >= 1).
+    """
+    default_memory_mib: _builtins.int
+    """Memory per device, MiB, for a container that gives neither MiB nor a
+    percentage (not multiplied by the factor); 0: the whole card.
+    """
+    default_core_percent: _builtins.int
+    """Compute per device, percent, for a container that does not give it."""
+    default_gpu_count: _builtins.int
+    """Devices for a container that sizes a device without counting; 0: none."""
+    def __init__(
+        self,
+        *,
+        vendor: _builtins.str = ...,
+        count_resource: _builtins.str = ...,
+        memory_resource: _builtins.str = ...,
+        memory_percentage_resource: _builtins.str = ...,
+        core_resource: _builtins.str = ...,
+        memory_factor: _builtins.int = ...,
+        default_memory_mib: _builtins.int = ...,
+        default_core_percent: _builtins.int = ...,
+        default_gpu_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["core_resource", b"core_resource", "count_resource", b"count_resource", "default_core_percent", b"default_core_percent", "default_gpu_count", b"default_gpu_count", "default_memory_mib", b"default_memory_mib", "memory_factor", b"memory_factor", "memory_percentage_resource", b"memory_percentage_resource", "memory_resource", b"memory_resource", "vendor", b"vendor"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VendorPolicy: _TypeAlias = VendorPolicy  # noqa: Y015
+
+@_typing.final
+class AccountingPolicy(_message.Message):
+    """Every setting that changes an answer: the usage recorder's configuration,
+    published with its state (UsageRecorder.GetPolicy, and the first event of
+    every WatchUsage initial state). The admission and scheduler daemons answer
+    under the recorder's policy and keep none of their own.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POLICY_ID_FIELD_NUMBER: _builtins.int
+    VENDORS_FIELD_NUMBER: _builtins.int
+    ENFORCE_GPU_COUNT_FIELD_NUMBER: _builtins.int
+    policy_id: _builtins.str
+    """Fingerprint of everything below, e.g. "p-3f9a1c02d4e5": equal ids mean
+    equal rules.
+    """
+    enforce_gpu_count: _builtins.bool
+    """Whether limits.<count resource> is enforced where a namespace sets it
+    (HAMi's quota has no count dimension; false restores its behaviour).
+    """
+    @_builtins.property
+    def vendors(self) -> _containers.RepeatedCompositeFieldContainer[Global___VendorPolicy]:
+        """The vendors whose devices are accounted."""
+
+    def __init__(
+        self,
+        *,
+        policy_id: _builtins.str = ...,
+        vendors: _abc.Iterable[Global___VendorPolicy] | None = ...,
+        enforce_gpu_count: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["enforce_gpu_count", b"enforce_gpu_count", "policy_id", b"policy_id", "vendors", b"vendors"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AccountingPolicy: _TypeAlias = AccountingPolicy  # noqa: Y015

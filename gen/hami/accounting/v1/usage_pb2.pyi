@@ -61,6 +61,10 @@ class _UsageEventKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_UsageE
     """A node was registered or its inventory changed."""
     USAGE_EVENT_KIND_QUOTA_SET: _UsageEventKind.ValueType  # 5
     """A namespace's limits changed."""
+    USAGE_EVENT_KIND_POLICY: _UsageEventKind.ValueType  # 6
+    """The accounting policy in force (UsageEvent.policy): the first event of an
+    initial state that asked for it (WatchUsageRequest.send_policy).
+    """
 
 class UsageEventKind(_UsageEventKind, metaclass=_UsageEventKindEnumTypeWrapper):
     """Kinds of change."""
@@ -76,6 +80,10 @@ USAGE_EVENT_KIND_NODE_REGISTERED: UsageEventKind.ValueType  # 4
 """A node was registered or its inventory changed."""
 USAGE_EVENT_KIND_QUOTA_SET: UsageEventKind.ValueType  # 5
 """A namespace's limits changed."""
+USAGE_EVENT_KIND_POLICY: UsageEventKind.ValueType  # 6
+"""The accounting policy in force (UsageEvent.policy): the first event of an
+initial state that asked for it (WatchUsageRequest.send_policy).
+"""
 Global___UsageEventKind: _TypeAlias = UsageEventKind  # noqa: Y015
 
 @_typing.final
@@ -214,10 +222,17 @@ class ReserveRequest(_message.Message):
     KUBERNETES_POD_JSON_FIELD_NUMBER: _builtins.int
     NODE_NAME_FIELD_NUMBER: _builtins.int
     CONTAINER_GRANTS_FIELD_NUMBER: _builtins.int
+    POLICY_ID_FIELD_NUMBER: _builtins.int
     kubernetes_pod_json: _builtins.bytes
     """The Kubernetes Pod exactly as Go's json.Marshal(pod) writes it."""
     node_name: _builtins.str
     """The chosen node."""
+    policy_id: _builtins.str
+    """The policy_id of the accounting policy the grants were computed under.
+    When set and not the recorder's, nothing is reserved and the reason is
+    PolicyChanged: read the policy again (GetPolicy) and fit again. Empty: not
+    checked.
+    """
     @_builtins.property
     def pod(self) -> _types_pb2.Pod:
         """The typed pod."""
@@ -233,10 +248,11 @@ class ReserveRequest(_message.Message):
         kubernetes_pod_json: _builtins.bytes = ...,
         node_name: _builtins.str = ...,
         container_grants: _abc.Iterable[_types_pb2.ContainerGrants] | None = ...,
+        policy_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["kubernetes_pod_json", b"kubernetes_pod_json", "pod", b"pod", "pod_source", b"pod_source"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["container_grants", b"container_grants", "kubernetes_pod_json", b"kubernetes_pod_json", "node_name", b"node_name", "pod", b"pod", "pod_source", b"pod_source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["container_grants", b"container_grants", "kubernetes_pod_json", b"kubernetes_pod_json", "node_name", b"node_name", "pod", b"pod", "pod_source", b"pod_source", "policy_id", b"policy_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_pod_source: _TypeAlias = _typing.Literal["pod", "kubernetes_pod_json"]  # noqa: Y015
     _WhichOneofArgType_pod_source: _TypeAlias = _typing.Literal["pod_source", b"pod_source"]  # noqa: Y015
@@ -258,7 +274,8 @@ class ReserveResponse(_message.Message):
     reason: _builtins.str
     """Stable machine code: Reserved, CardInsufficientMemory,
     CardInsufficientCore, CardTimeSlicingExhausted, MemoryQuotaExceeded,
-    CoreQuotaExceeded, GpuCountQuotaExceeded, UnknownDevice.
+    CoreQuotaExceeded, GpuCountQuotaExceeded, NoGrants, PodForgotten,
+    PolicyChanged.
     """
     message: _builtins.str
     """One sentence with the numbers."""
@@ -423,6 +440,11 @@ class GetNamespaceUsageResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ITEMS_FIELD_NUMBER: _builtins.int
+    POLICY_ID_FIELD_NUMBER: _builtins.int
+    policy_id: _builtins.str
+    """The accounting policy the recorder answers under (AccountingPolicy.policy_id):
+    a reader holding another one reads the policy again before deciding.
+    """
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.QuotaItem]:
         """One item per resource with usage or a limit."""
@@ -431,10 +453,11 @@ class GetNamespaceUsageResponse(_message.Message):
         self,
         *,
         items: _abc.Iterable[_types_pb2.QuotaItem] | None = ...,
+        policy_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "policy_id", b"policy_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -587,6 +610,7 @@ class WatchUsageRequest(_message.Message):
 
     SEND_INITIAL_STATE_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
+    SEND_POLICY_FIELD_NUMBER: _builtins.int
     send_initial_state: _builtins.bool
     """Send the current state of every node and namespace first (as events with
     kind SNAPSHOT), then changes.
@@ -598,19 +622,63 @@ class WatchUsageRequest(_message.Message):
     event with its revision and kind, so the watcher's revision follows every
     change; the initial state holds only the part asked for.
     """
+    send_policy: _builtins.bool
+    """With send_initial_state: start the initial state with the accounting
+    policy in force (one event of kind POLICY, whatever content asks for). The
+    admission and scheduler daemons' caches ask for it: every answer they give
+    from the stream is under the policy it started with.
+    """
     def __init__(
         self,
         *,
         send_initial_state: _builtins.bool = ...,
         content: Global___WatchContent.ValueType = ...,
+        send_policy: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "send_initial_state", b"send_initial_state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "send_initial_state", b"send_initial_state", "send_policy", b"send_policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WatchUsageRequest: _TypeAlias = WatchUsageRequest  # noqa: Y015
+
+@_typing.final
+class GetPolicyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPolicyRequest: _TypeAlias = GetPolicyRequest  # noqa: Y015
+
+@_typing.final
+class GetPolicyResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POLICY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def policy(self) -> _types_pb2.AccountingPolicy:
+        """The policy in force."""
+
+    def __init__(
+        self,
+        *,
+        policy: _types_pb2.AccountingPolicy | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["policy", b"policy"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["policy", b"policy"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPolicyResponse: _TypeAlias = GetPolicyResponse  # noqa: Y015
 
 @_typing.final
 class UsageEvent(_message.Message):
@@ -625,6 +693,7 @@ class UsageEvent(_message.Message):
     NAMESPACE_ITEMS_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
     STORED_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     """Monotonic ledger revision after the change."""
     kind: Global___UsageEventKind.ValueType
@@ -642,6 +711,10 @@ class UsageEvent(_message.Message):
     def stored(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.DeviceUsage]:
         """The pod's stored usage after the change."""
 
+    @_builtins.property
+    def policy(self) -> _types_pb2.AccountingPolicy:
+        """The accounting policy, on USAGE_EVENT_KIND_POLICY events."""
+
     def __init__(
         self,
         *,
@@ -652,10 +725,11 @@ class UsageEvent(_message.Message):
         namespace_items: _abc.Iterable[_types_pb2.QuotaItem] | None = ...,
         node: _types_pb2.NodeUsage | None = ...,
         stored: _abc.Iterable[_types_pb2.DeviceUsage] | None = ...,
+        policy: _types_pb2.AccountingPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["node", b"node"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["node", b"node", "policy", b"policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "namespace", b"namespace", "namespace_items", b"namespace_items", "node", b"node", "pod_uid", b"pod_uid", "revision", b"revision", "stored", b"stored"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "namespace", b"namespace", "namespace_items", b"namespace_items", "node", b"node", "pod_uid", b"pod_uid", "policy", b"policy", "revision", b"revision", "stored", b"stored"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

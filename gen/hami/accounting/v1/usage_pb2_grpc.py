@@ -81,6 +81,11 @@ class UsageRecorderStub:
                 request_serializer=hami_dot_accounting_dot_v1_dot_usage__pb2.WatchUsageRequest.SerializeToString,
                 response_deserializer=hami_dot_accounting_dot_v1_dot_usage__pb2.UsageEvent.FromString,
                 _registered_method=True)
+        self.GetPolicy = channel.unary_unary(
+                '/hami.accounting.v1.UsageRecorder/GetPolicy',
+                request_serializer=hami_dot_accounting_dot_v1_dot_usage__pb2.GetPolicyRequest.SerializeToString,
+                response_deserializer=hami_dot_accounting_dot_v1_dot_usage__pb2.GetPolicyResponse.FromString,
+                _registered_method=True)
 
 
 class UsageRecorderServicer:
@@ -155,6 +160,14 @@ class UsageRecorderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetPolicy(self, request, context):
+        """The accounting policy in force: everything that changes an answer. The
+        admission and scheduler daemons answer under it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_UsageRecorderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -202,6 +215,11 @@ def add_UsageRecorderServicer_to_server(servicer, server):
                     servicer.WatchUsage,
                     request_deserializer=hami_dot_accounting_dot_v1_dot_usage__pb2.WatchUsageRequest.FromString,
                     response_serializer=hami_dot_accounting_dot_v1_dot_usage__pb2.UsageEvent.SerializeToString,
+            ),
+            'GetPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPolicy,
+                    request_deserializer=hami_dot_accounting_dot_v1_dot_usage__pb2.GetPolicyRequest.FromString,
+                    response_serializer=hami_dot_accounting_dot_v1_dot_usage__pb2.GetPolicyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -449,6 +467,33 @@ class UsageRecorder:
             '/hami.accounting.v1.UsageRecorder/WatchUsage',
             hami_dot_accounting_dot_v1_dot_usage__pb2.WatchUsageRequest.SerializeToString,
             hami_dot_accounting_dot_v1_dot_usage__pb2.UsageEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hami.accounting.v1.UsageRecorder/GetPolicy',
+            hami_dot_accounting_dot_v1_dot_usage__pb2.GetPolicyRequest.SerializeToString,
+            hami_dot_accounting_dot_v1_dot_usage__pb2.GetPolicyResponse.FromString,
             options,
             channel_credentials,
             insecure,

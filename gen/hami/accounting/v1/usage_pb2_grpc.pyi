@@ -59,6 +59,10 @@ class UsageRecorderStub:
     """Sets a namespace's quota limits, like a ResourceQuota's spec.hard."""
     WatchUsage: _grpc.UnaryStreamMultiCallable[_usage_pb2.WatchUsageRequest, _usage_pb2.UsageEvent]
     """A stream of changes, for caches in the admission and scheduler daemons."""
+    GetPolicy: _grpc.UnaryUnaryMultiCallable[_usage_pb2.GetPolicyRequest, _usage_pb2.GetPolicyResponse]
+    """The accounting policy in force: everything that changes an answer. The
+    admission and scheduler daemons answer under it.
+    """
 
 @_typing.type_check_only
 class UsageRecorderAsyncStub(UsageRecorderStub):
@@ -91,6 +95,10 @@ class UsageRecorderAsyncStub(UsageRecorderStub):
     """Sets a namespace's quota limits, like a ResourceQuota's spec.hard."""
     WatchUsage: _aio.UnaryStreamMultiCallable[_usage_pb2.WatchUsageRequest, _usage_pb2.UsageEvent]  # type: ignore[assignment]
     """A stream of changes, for caches in the admission and scheduler daemons."""
+    GetPolicy: _aio.UnaryUnaryMultiCallable[_usage_pb2.GetPolicyRequest, _usage_pb2.GetPolicyResponse]  # type: ignore[assignment]
+    """The accounting policy in force: everything that changes an answer. The
+    admission and scheduler daemons answer under it.
+    """
 
 class UsageRecorderServicer(metaclass=_abc_1.ABCMeta):
     """Stored usage per pod and device, node and namespace totals, quotas and node
@@ -174,5 +182,15 @@ class UsageRecorderServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_usage_pb2.UsageEvent], _abc.AsyncIterator[_usage_pb2.UsageEvent]]:
         """A stream of changes, for caches in the admission and scheduler daemons."""
+
+    @_abc_1.abstractmethod
+    def GetPolicy(
+        self,
+        request: _usage_pb2.GetPolicyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_usage_pb2.GetPolicyResponse, _abc.Awaitable[_usage_pb2.GetPolicyResponse]]:
+        """The accounting policy in force: everything that changes an answer. The
+        admission and scheduler daemons answer under it.
+        """
 
 def add_UsageRecorderServicer_to_server(servicer: UsageRecorderServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

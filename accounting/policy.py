@@ -1,0 +1,122 @@
+"""The accounting policy: every setting that changes an answer, in one value.
+
+Layer: accounting (pure, standard library only). Which resources name each vendor's devices,
+the defaults HAMi's webhook fills in, the memory factor and whether the device count is a quota
+dimension all change what a pod is charged, whether it is admitted and where it fits. They
+belong to the usage recorder's configuration; the recorder publishes them (``GetPolicy`` and
+the first event of every ``WatchUsage``), and the admission and scheduler daemons take them
+from there, so the three never answer under different rules.
+
+A policy is identified by ``policy_id``, a fingerprint of its content: two daemons holding the
+same id hold the same rules, and an answer that names the id it was computed under can be
+checked against the recorder's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from accounting.errors import Violations
+from accounting.model import NVIDIA_RESOURCES, VendorResources
+from accounting.validate import INT32_MAX, MAX_MEMORY_FACTOR
+
+
+@dataclass(frozen=True, slots=True)
+class AccountingPolicy:
+    """Everything that changes an answer; the recorder's configuration, published with its
+    state.
+
+    Raises (on construction):
+        InvalidInputError: no vendor, a vendor keyword or resource name used twice, or a
+            factor, default or name out of range, each field named.
+    """
+
+    vendors: tuple[VendorResources, ...] = (NVIDIA_RESOURCES,)
+    """The vendors whose devices are accounted, with their resource names, defaults and memory
+    factor (HAMi's device configuration)."""
+    enforce_gpu_count: bool = True
+    """Whether ``limits.<count resource>`` is enforced where a namespace sets it (our
+    extension; HAMi's quota has no count dimension, ``False`` restores its behaviour)."""
+    policy_id: str = field(init=False, compare=False)
+    """A fingerprint of everything above, e.g. ``p-3f9a1c02d4e5``."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.vendors, tuple):
+            object.__setattr__(self, "vendors", tuple(self.vendors))
+        _validate(self.vendors)
+        object.__setattr__(self, "policy_id", _fingerprint(self))
+
+    def vendor(self, name: str) -> VendorResources | None:
+        """The vendor with keyword ``name`` (``NVIDIA``), or None."""
+        for vendor in self.vendors:
+            if vendor.vendor == name:
+                return vendor
+        return None
+
+    def describe(self) -> str:
+        """One line for logs and ``explain``, e.g. ``NVIDIA (memory factor 1), GPU count
+        enforced``."""
+        vendors = ", ".join(
+            f"{v.vendor} (memory factor {v.memory_factor}"
+            + (f", default memory {v.default_memory_mib} MiB" if v.default_memory_mib else "")
+            + (f", default cores {v.default_core_percent}%" if v.default_core_percent else "")
+            + ")"
+            for v in self.vendors
+        )
+        count = "GPU count enforced" if self.enforce_gpu_count else "GPU count not enforced"
+        return f"{vendors}, {count}"
+
+
+def _validate(vendors: Sequence[VendorResources]) -> None:
+    found = Violations()
+    if not vendors:
+        found.add("vendors", "at least one vendor is required")
+    keywords: dict[str, int] = {}
+    resources: dict[str, str] = {}
+    for index, vendor in enumerate(vendors):
+        path = f"vendors[{index}]"
+        if not vendor.vendor:
+            found.add(f"{path}.vendor", "must not be empty")
+        elif vendor.vendor in keywords:
+            first = keywords[vendor.vendor]
+            found.add(f"{path}.vendor", f"{vendor.vendor!r} is also vendors[{first}]")
+        keywords.setdefault(vendor.vendor, index)
+        for name in ("count_resource", "memory_resource", "memory_percentage_resource",
+                     "core_resource"):
+            resource: str = getattr(vendor, name)
+            if "/" not in resource.strip("/"):
+                found.add(f"{path}.{name}", f"must be a domain-qualified resource name such as "
+                          f"nvidia.com/gpu, got {resource!r}")
+            elif resource in resources:
+                found.add(f"{path}.{name}", f"{resource!r} is also {resources[resource]}")
+            resources.setdefault(resource, f"{path}.{name}")
+        if not 1 <= vendor.memory_factor <= MAX_MEMORY_FACTOR:
+            found.add(f"{path}.memory_factor",
+                      f"must be between 1 and {MAX_MEMORY_FACTOR}, got {vendor.memory_factor}")
+        if not 0 <= vendor.default_memory_mib <= INT32_MAX:
+            found.add(f"{path}.default_memory_mib",
+                      f"must be between 0 and {INT32_MAX}, got {vendor.default_memory_mib}")
+        if not 0 <= vendor.default_core_percent <= 100:
+            found.add(f"{path}.default_core_percent",
+                      f"must be between 0 and 100, got {vendor.default_core_percent}")
+        if not 0 <= vendor.default_gpu_count <= INT32_MAX:
+            found.add(f"{path}.default_gpu_count",
+                      f"must be between 0 and {INT32_MAX}, got {vendor.default_gpu_count}")
+    found.raise_if_any()
+
+
+def _fingerprint(policy: AccountingPolicy) -> str:
+    content = {
+        "vendors": [asdict(vendor) for vendor in policy.vendors],
+        "enforce_gpu_count": policy.enforce_gpu_count,
+    }
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return "p-" + hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+DEFAULT_POLICY = AccountingPolicy()
+"""HAMi's defaults: NVIDIA's resource names, memory factor 1, no default memory or cores, one
+device for a container that sizes a GPU without counting, and the count enforced where set."""
