@@ -73,11 +73,12 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    common = {"HAMI_ACCOUNTING_LISTEN_ADDR": "127.0.0.1:0", "HAMI_ACCOUNTING_METRICS_ADDR": "off",
-              "HAMI_ACCOUNTING_MEMORY_FACTOR": str(FACTOR)}
+    common = {"HAMI_ACCOUNTING_LISTEN_ADDR": "127.0.0.1:0", "HAMI_ACCOUNTING_METRICS_ADDR": "off"}
     data_dir: Path = tmp_path_factory.mktemp("extreme")
+    # The memory factor is the recorder's policy; admission and scheduler take it from there.
     recorder = start_usage(UsageConfig.from_env(
-        {**common, "HAMI_ACCOUNTING_DATA_DIR": str(data_dir)}), max_workers=4)
+        {**common, "HAMI_ACCOUNTING_DATA_DIR": str(data_dir),
+         "HAMI_ACCOUNTING_MEMORY_FACTOR": str(FACTOR)}), max_workers=4)
     peers = {**common, "HAMI_ACCOUNTING_USAGE_ADDR": recorder.target}
     admission = start_admission(AdmissionConfig.from_env(peers), max_workers=4)
     scheduler = start_scheduler(SchedulerConfig.from_env(peers), max_workers=4)
