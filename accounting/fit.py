@@ -35,7 +35,7 @@ topology GPU policies, hami.io/device-scoring-weights (always 1,1,1).
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
@@ -788,6 +788,45 @@ def fit_node(
     return _fit_node(_PodPlan.build(pod, vendor, gpu_policy, quota), node)
 
 
+def fit_nodes(
+    pod: Pod,
+    nodes: Iterable[NodeState],
+    *,
+    vendor: VendorResources = NVIDIA_RESOURCES,
+    gpu_policy: str = SPREAD,
+    quota: QuotaContext | None = None,
+) -> Iterator[NodeFit]:
+    """``fit_node`` for each node in turn, lazily, with the pod's plan built once.
+
+    A caller that walks the nodes in ``node_order_key`` order and stops at the first fit gets
+    fit_pod's choice without fitting the nodes after it (what-if replays do this).
+
+    Raises:
+        InvalidInputError: gpu_policy is neither binpack nor spread (before the first node).
+    """
+    plan = _PodPlan.build(pod, vendor, gpu_policy, quota)
+    return (_fit_node(plan, node) for node in nodes)
+
+
+def node_policy_for(pod: Pod, node_policy: str = BINPACK) -> str:
+    """The node policy fit_pod applies to the pod: its hami.io/node-scheduler-policy
+    annotation when it names one, else ``node_policy``.
+
+    Raises:
+        InvalidInputError: node_policy is neither binpack nor spread.
+    """
+    return _resolve_policy(
+        pod.annotations.get(NODE_POLICY_ANNOTATION), _checked_policy("node_policy", node_policy)
+    )
+
+
+def node_order_key(score: float, node_name: str, node_policy: str) -> tuple[float, str]:
+    """fit_pod's preference among nodes that fit, as a sort key (smallest is chosen): binpack
+    the highest node score (NodeState.score), spread the lowest, equal scores the smaller node
+    name."""
+    return (-score if node_policy == BINPACK else score, node_name)
+
+
 def fit_pod(
     pod: Pod,
     nodes: Sequence[NodeState],
@@ -807,9 +846,7 @@ def fit_pod(
     Raises:
         InvalidInputError: a policy argument is neither binpack nor spread.
     """
-    node_policy = _resolve_policy(
-        pod.annotations.get(NODE_POLICY_ANNOTATION), _checked_policy("node_policy", node_policy)
-    )
+    node_policy = node_policy_for(pod, node_policy)
     plan = _PodPlan.build(pod, vendor, gpu_policy, quota)
     no_grants: tuple[tuple[DeviceGrant, ...], ...] = ((),) * len(pod.containers)
     if not plan.asks:

@@ -135,8 +135,16 @@ class Ledger:
         policy: AccountingPolicy = DEFAULT_POLICY,
         *,
         max_tombstones: int = DEFAULT_MAX_TOMBSTONES,
+        progressive_release: bool = True,
     ) -> None:
-        """A ledger deciding under ``policy`` (the recorder's: what it publishes is this)."""
+        """A ledger deciding under ``policy`` (the recorder's: what it publishes is this).
+
+        Args:
+            policy: the accounting policy.
+            max_tombstones: forgotten uids remembered (see the module docstring).
+            progressive_release: passed to accounting.lifecycle.decide on every record; False
+                only to compare release rules (accounting.counting_rules).
+        """
         if max_tombstones < 1:
             raise ValueError(f"max_tombstones must be >= 1, got {max_tombstones}")
         self.policy = policy
@@ -151,6 +159,7 @@ class Ledger:
         self._tombstones: dict[str, bool] = {}
         self._tombstone_order: collections.deque[str] = collections.deque()
         self.max_tombstones = max_tombstones
+        self.progressive_release = progressive_release
         # node -> uuid -> what is charged on the device
         self._node_used: dict[str, dict[str, Amount]] = {}
         # namespace -> resource -> used
@@ -258,7 +267,7 @@ class Ledger:
             # A terminal update only releases; it must go through even if the node's inventory
             # lost the device meanwhile.
             self._check_grants_on_node(pod)
-        decision = decide(pod, previous)
+        decision = decide(pod, previous, progressive_release=self.progressive_release)
         change = self._apply(previous, decision.stored)
         overcommitted = self._overcommitted(decision.stored) if change.changed else ()
         return RecordOutcome(

@@ -192,7 +192,9 @@ def _stored(
     )
 
 
-def decide(pod: Pod, previous: StoredPod | None) -> LifecycleDecision:
+def decide(
+    pod: Pod, previous: StoredPod | None, *, progressive_release: bool = True
+) -> LifecycleDecision:
     """Decides what is stored for a pod after this update; replaying an update changes nothing.
 
     Regular init containers release their share one by one as they finish (stored usage = the
@@ -200,6 +202,13 @@ def decide(pod: Pod, previous: StoredPod | None) -> LifecycleDecision:
     finished init containers than already seen is an older status replayed (ignored) unless the
     init containers' restart counts grew: then the kubelet is running them again (a re-created
     sandbox) and the init-inclusive usage is restored.
+
+    Args:
+        pod: the pod's current state.
+        previous: what is stored for it now (None: never recorded).
+        progressive_release: False holds the init-inclusive usage until every regular init
+            container has exited 0 and then shrinks at once (the design documents' rule, kept
+            for comparing the two: accounting.counting_rules); progress is still recorded.
     """
     if previous is not None and previous.terminal:
         return LifecycleDecision(
@@ -230,9 +239,11 @@ def decide(pod: Pod, previous: StoredPod | None) -> LifecycleDecision:
     gate_open = regular_init_gate_open(pod)
 
     def stored(progress_now: int, released: bool) -> StoredPod:
+        # Without progressive release, nothing is let go before the gate opens (released).
+        held_from = progress_now if released or progressive_release else 0
         return _stored(
             pod,
-            _held_usage(pod, progress_now),
+            _held_usage(pod, held_from),
             released=released,
             progress=progress_now,
             restarts=max(restarts, previous.init_restarts if previous else 0),

@@ -4,6 +4,7 @@
 * the merged usage the fit reports is exactly accounting.pod.collapse_grants of its grants;
 * the shared-state fit gives the same answers as the literal deep-copy fit (bench/naive_fit.py);
 * fit_pod agrees with fit_node on every node and does not depend on the order of the nodes;
+* the first node that fits in node_order_key order is fit_pod's choice (what-if replays);
 * moving one re-scored device (the fit's incremental device order) gives the full re-sort;
 * a GPU-less container changes nothing but the positions (HAMi #2899 and #3052).
 """
@@ -22,7 +23,10 @@ from accounting.fit import (
     _device_order,
     _reposition,
     fit_node,
+    fit_nodes,
     fit_pod,
+    node_order_key,
+    node_policy_for,
 )
 from accounting.model import (
     Container,
@@ -261,3 +265,31 @@ def test_repositioning_one_rescored_device_equals_the_full_sort(
     _reposition(order, moved, rescored, rank, binpack)
 
     assert order == _device_order(index_descending, rescored, binpack)
+
+
+@PROPERTY_SETTINGS
+@given(
+    pods(),
+    st.lists(st.sampled_from(["node-a", "node-b", "node-c"]), min_size=1, max_size=3, unique=True),
+    st.data(),
+    gpu_policies,
+    quotas,
+)
+def test_the_first_fit_in_node_order_is_fit_pods_choice(
+    pod: Pod,
+    names: list[str],
+    data: st.DataObject,
+    node_policy: str,
+    quota: QuotaContext | None,
+) -> None:
+    candidates = [data.draw(nodes(name)) for name in names]
+    result = fit_pod(pod, candidates, node_policy=node_policy, quota=quota)
+    policy = node_policy_for(pod, node_policy)
+    ordered = sorted(candidates, key=lambda n: node_order_key(n.score, n.node_name, policy))
+
+    first = next((f for f in fit_nodes(pod, ordered, quota=quota) if f.fits), None)
+
+    if result.reason == "NoGpuRequest":
+        return
+    assert (first.node_name if first else None) == result.node_name
+    assert (first.grants if first else ((),) * len(pod.containers)) == result.grants
