@@ -44,6 +44,11 @@ class CountingRule(enum.Enum):
         return _TITLES[self]
 
     @property
+    def description(self) -> str:
+        """One sentence on what the rule does and who applies it."""
+        return _DESCRIPTIONS[self]
+
+    @property
     def progressive_release(self) -> bool:
         """True: each regular init container's share is released as soon as it exits 0."""
         return self is CountingRule.PROGRESSIVE
@@ -56,6 +61,17 @@ class CountingRule(enum.Enum):
             return ContainerClass.INIT
         return declared
 
+
+_DESCRIPTIONS = {
+    CountingRule.SUMMED: "every container's usage added up for the pod's whole life "
+    "(HAMi before its init-container support)",
+    CountingRule.HAMI_V2_10: "sidecars counted as init containers, so they sit in the init "
+    "peak and, while they run, keep the pod from shrinking (HAMi v2.10)",
+    CountingRule.SHRINK: "ordering-aware: sidecars beside the apps, each init container beside "
+    "the sidecars before it; shrunk when the last init container exits 0",
+    CountingRule.PROGRESSIVE: "ordering-aware, and each init container's share released as it "
+    "exits 0 (what the usage recorder does)",
+}
 
 _TITLES = {
     CountingRule.SUMMED: "every container summed",

@@ -6,8 +6,8 @@ Layer: services (entry point). Subcommands:
 * ``up``: runs the three daemons as child processes on localhost until Ctrl-C.
 * ``health ADDR [--service NAME]``: prints the gRPC health status; exit 0 only when SERVING
   (the container HEALTHCHECK and compose use it).
-* ``demo``, ``explain``, ``usage``: forwarded with their arguments to ``services.demo``,
-  ``services.explain`` and ``services.usage_report``.
+* ``demo``, ``explain``, ``usage``, ``what-if``: forwarded with their arguments to
+  ``services.demo``, ``services.explain``, ``services.usage_report`` and ``services.what_if``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ _FORWARDED = {
     "demo": ("services.demo", "walk through the accounting against running daemons"),
     "explain": ("services.explain", "explain a pod's accounting step by step"),
     "usage": ("services.usage_report", "show what the usage recorder has charged"),
+    "what-if": ("services.what_if", "replay a workload under each GPU accounting rule"),
 }
 
 _SERVICE_NAMES = {

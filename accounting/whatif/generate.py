@@ -19,7 +19,7 @@ Pods arrive as a Poisson process over the first two thirds of the window; init c
 20 s to 5 min, apps about 40 min (log-normal); a pod whose apps end inside the window carries
 a ``deletionTimestamp`` there (the input is a history, as an audit log records it, not one
 moment). Nodes have four 24 Gi cards (A10) or eight 40 Gi cards (A100), ten slots each. Every
-namespace is called team-N; the first two have a ResourceQuota of 25 % of the pool's memory.
+namespace is called team-N; the first two have a ResourceQuota of 15 % of the pool's memory.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ PODS_PER_NODE = 20
 WINDOW_S = 6 * 3600
 NAMESPACES = 5
 QUOTA_NAMESPACES = 2
-QUOTA_SHARE_PERCENT = 25
+QUOTA_SHARE_PERCENT = 15
 
 _GI = 1024
 _A10 = ("NVIDIA A10", 24 * _GI, 4)

@@ -1,0 +1,90 @@
+"""The what-if chart: GPU memory reserved over time per rule, with what the running containers
+request for reference.
+
+Layer: services (output). matplotlib is an optional extra (``pip install
+'hami-accounting[what-if]'``), imported only when a chart is drawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from accounting.counting_rules import CountingRule
+from accounting.whatif.replay import RuleResult
+
+INSTALL_HINT = "pip install 'hami-accounting[what-if]'"
+
+# One colour per rule, the same in every chart (colour-blind safe, from matplotlib's tab10).
+COLOURS = {
+    CountingRule.SUMMED: "#d62728",
+    CountingRule.HAMI_V2_10: "#ff7f0e",
+    CountingRule.SHRINK: "#1f77b4",
+    CountingRule.PROGRESSIVE: "#2ca02c",
+}
+
+
+class ChartUnavailableError(RuntimeError):
+    """matplotlib is not installed."""
+
+
+def write_chart(
+    results: Sequence[RuleResult], path: Path, *, capacity_mib: int | None = None
+) -> None:
+    """Writes the PNG. Top: per rule, GPU memory reserved (solid) and requested by the running
+    containers under that rule's placements (dashed), and the pool's memory (grey). Below: the
+    difference, reserved minus requested (above zero: reserved but idle; below: running beyond
+    the reservation).
+
+    Raises:
+        ChartUnavailableError: matplotlib is missing (the message says how to install it).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot
+        from matplotlib.lines import Line2D
+    except ImportError as error:
+        raise ChartUnavailableError(
+            f"the chart needs matplotlib ({error}): {INSTALL_HINT}"
+        ) from None
+
+    figure, (top, bottom) = pyplot.subplots(
+        2, 1, figsize=(10, 7), dpi=110, sharex=True, gridspec_kw={"height_ratios": (3, 1.4)}
+    )
+    try:
+        handles = []
+        for result in results:
+            colour = COLOURS[result.rule]
+            hours = [t / 3600 for t in (*result.times_s, result.window_s)]
+            reserved = [m / 1024 for m in (*result.reserved_mib, result.reserved_mib[-1])]
+            requested = [m / 1024 for m in (*result.requested_mib, result.requested_mib[-1])]
+            top.step(hours, reserved, where="post", color=colour, linewidth=1.5)
+            top.step(hours, requested, where="post", color=colour, linewidth=0.9,
+                     linestyle=(0, (3, 2)), alpha=0.85)
+            gap = [r - q for r, q in zip(reserved, requested, strict=True)]
+            bottom.step(hours, gap, where="post", color=colour, linewidth=1.1)
+            handles.append(Line2D([], [], color=colour, linewidth=2, label=result.rule.title))
+        handles.append(Line2D([], [], color="black", linewidth=1.5, label="reserved"))
+        handles.append(Line2D([], [], color="black", linewidth=0.9, linestyle=(0, (3, 2)),
+                              label="requested by running containers"))
+        if capacity_mib:
+            top.axhline(capacity_mib / 1024, color="#7f7f7f", linewidth=1, linestyle=":")
+            handles.append(Line2D([], [], color="#7f7f7f", linewidth=1, linestyle=":",
+                                  label="GPU memory of the pool"))
+        top.set_ylabel("GPU memory, GiB")
+        top.set_title("GPU memory reserved under each accounting rule, and requested by the "
+                      "containers running", fontsize=10.5)
+        top.set_ylim(bottom=0)
+        bottom.axhline(0, color="black", linewidth=0.6)
+        bottom.set_ylabel("reserved − requested,\nGiB", fontsize=9)
+        bottom.set_xlabel("hours since the first pod arrived")
+        bottom.set_xlim(0, max(r.window_s for r in results) / 3600)
+        for axes in (top, bottom):
+            axes.grid(True, linewidth=0.4, alpha=0.5)
+        figure.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
+        figure.tight_layout(rect=(0, 0.07, 1, 1))
+        figure.savefig(path)
+    finally:
+        pyplot.close(figure)
