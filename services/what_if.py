@@ -348,35 +348,77 @@ def _parser() -> argparse.ArgumentParser:
         help="JSON or YAML file (e.g. kubectl get pods,nodes -A -o json), or a directory of "
         "them; - reads stdin",
     )
-    parser.add_argument("--generate", type=_count(0), metavar="N",
-                        help="replay N generated pods instead of an input")
-    parser.add_argument("--seed", type=_count(0), default=1,
-                        help="seed of --generate (default: %(default)s)")
-    parser.add_argument("--nodes", type=_count(1),
-                        help="nodes of --generate (default: one per 20 pods)")
-    parser.add_argument("--save-generated", type=Path, metavar="FILE",
-                        help="write the generated objects (a JSON List) to FILE")
-    parser.add_argument("--rules", type=_rules, default=list(CountingRule),
-                        help="which rules, in this order (default: "
-                        f"{','.join(r.value for r in CountingRule)})")
-    parser.add_argument("--wait-threshold-s", type=_count(0), default=60,
-                        help="count pods that wait longer than this (default: %(default)s)")
-    parser.add_argument("--window-s", type=_count(0),
-                        help="length of the replay (default: up to the input's latest timestamp)")
-    parser.add_argument("--default-init-s", type=_count(0), default=DEFAULT_INIT_RUN_S,
-                        help="run time of an init container whose status records none "
-                        "(default: %(default)s)")
-    parser.add_argument("--node-policy", choices=POLICIES, default="binpack",
-                        help="node choice (default: %(default)s)")
-    parser.add_argument("--gpu-policy", choices=POLICIES, default="spread",
-                        help="GPU choice within a node (default: %(default)s)")
+    parser.add_argument(
+        "--generate",
+        type=_count(0),
+        metavar="N",
+        help="replay N generated pods instead of an input",
+    )
+    parser.add_argument(
+        "--seed", type=_count(0), default=1, help="seed of --generate (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--nodes", type=_count(1), help="nodes of --generate (default: one per 20 pods)"
+    )
+    parser.add_argument(
+        "--save-generated",
+        type=Path,
+        metavar="FILE",
+        help="write the generated objects (a JSON List) to FILE",
+    )
+    parser.add_argument(
+        "--rules",
+        type=_rules,
+        default=list(CountingRule),
+        help=f"which rules, in this order (default: {','.join(r.value for r in CountingRule)})",
+    )
+    parser.add_argument(
+        "--wait-threshold-s",
+        type=_count(0),
+        default=60,
+        help="count pods that wait longer than this (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--window-s",
+        type=_count(0),
+        help="length of the replay (default: up to the input's latest timestamp)",
+    )
+    parser.add_argument(
+        "--default-init-s",
+        type=_count(0),
+        default=DEFAULT_INIT_RUN_S,
+        help="run time of an init container whose status records none (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--node-policy",
+        choices=POLICIES,
+        default="binpack",
+        help="node choice (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--gpu-policy",
+        choices=POLICIES,
+        default="spread",
+        help="GPU choice within a node (default: %(default)s)",
+    )
     parser.add_argument("--output", choices=("table", "json"), default="table")
-    parser.add_argument("--pods", action="store_true",
-                        help="with --output json: every pod's outcome under every rule")
-    parser.add_argument("--chart", type=Path, metavar="FILE.png",
-                        help="draw reserved GPU memory over time per rule (needs matplotlib)")
-    parser.add_argument("--jobs", type=_count(1), default=min(os.cpu_count() or 1, 4),
-                        help="processes replaying rules side by side (default: %(default)s)")
+    parser.add_argument(
+        "--pods",
+        action="store_true",
+        help="with --output json: every pod's outcome under every rule",
+    )
+    parser.add_argument(
+        "--chart",
+        type=Path,
+        metavar="FILE.png",
+        help="draw reserved GPU memory over time per rule (needs matplotlib)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=_count(1),
+        default=min(os.cpu_count() or 1, 4),
+        help="processes replaying rules side by side (default: %(default)s)",
+    )
     return parser
 
 
@@ -397,12 +439,15 @@ def main(
     except SystemExit as exit_:  # --help, or bad arguments (argparse printed why)
         return int(exit_.code or 0)
     if bool(args.inputs) == (args.generate is not None):
-        print(f"{PROG}: give input files or directories, or --generate N (one of the two)",
-              file=stderr)
+        print(
+            f"{PROG}: give input files or directories, or --generate N (one of the two)",
+            file=stderr,
+        )
         return EXIT_USAGE
     if args.chart is not None and importlib.util.find_spec("matplotlib") is None:
-        print(f"{PROG}: --chart needs matplotlib: {INSTALL_HINT} (or leave out --chart)",
-              file=stderr)
+        print(
+            f"{PROG}: --chart needs matplotlib: {INSTALL_HINT} (or leave out --chart)", file=stderr
+        )
         return EXIT_USAGE
 
     try:

@@ -38,7 +38,7 @@ import enum
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
 from accounting.counting_rules import CountingRule, counted_pod
@@ -170,6 +170,10 @@ class RuleResult:
     """Moments the totals changed, from 0; the totals hold until the next moment."""
     reserved_mib: tuple[int, ...]
     requested_mib: tuple[int, ...]
+    idle_mib: tuple[int, ...]
+    """Σ over pods of max(0, stored - requested by its running containers), per moment."""
+    unreserved_mib: tuple[int, ...]
+    """Σ over pods of max(0, requested by its running containers - stored), per moment."""
 
 
 def replay(
@@ -367,9 +371,12 @@ class _Replay:
         self.namespace_used: dict[str, int] = {}
         self.namespace_peak: dict[str, int] = {}
         self.namespace_refused: dict[str, int] = {}
+        self.idle = 0
+        self.unreserved = 0
+        self.phases_cache: dict[object, tuple[int, ...]] = {}
         self.times: list[int] = [0]
-        self.reserved_curve: list[int] = [0]
-        self.requested_curve: list[int] = [0]
+        # Reserved, requested, reserved but idle, running beyond reservation; one value per time.
+        self.curves: tuple[list[int], ...] = ([0], [0], [0], [0])
         self._empty_nodes: list[NodeState] | None = None
 
     # -- nodes ----------------------------------------------------------------------------
@@ -403,8 +410,7 @@ class _Replay:
             return
         before = self.memory(change.before)
         after = self.memory(change.after)
-        live.advance(now_s)
-        live.stored = after
+        self.settle(live, now_s, after, live.running)
         live.peak_stored = max(live.peak_stored, after)
         self.reserved += after - before
         namespace = live.counted.namespace
@@ -424,9 +430,25 @@ class _Replay:
         return sum(u.memory_mib for u in stored.usage if u.device_type == vendor)
 
     def set_running(self, live: _Live, running_mib: int, now_s: int) -> None:
-        live.advance(now_s)
         self.requested += running_mib - live.running
+        self.settle(live, now_s, live.stored, running_mib)
+
+    def settle(self, live: _Live, now_s: int, stored_mib: int, running_mib: int) -> None:
+        """Closes the pod's stretch at its old figures, then takes the new ones (also into
+        the cluster's idle and beyond-reservation totals)."""
+        live.advance(now_s)
+        gap = live.stored - live.running
+        if gap > 0:
+            self.idle -= gap
+        else:
+            self.unreserved += gap
+        live.stored = stored_mib
         live.running = running_mib
+        gap = stored_mib - running_mib
+        if gap > 0:
+            self.idle += gap
+        else:
+            self.unreserved -= gap
 
     # -- events ---------------------------------------------------------------------------
 
@@ -458,15 +480,18 @@ class _Replay:
         return self.result()
 
     def mark(self, now_s: int) -> None:
-        if self.reserved == self.reserved_curve[-1] and self.requested == self.requested_curve[-1]:
+        """Adds a point to the curves when a total changed at ``now_s``."""
+        point = (self.reserved, self.requested, self.idle, self.unreserved)
+        curves = self.curves
+        if point == tuple(curve[-1] for curve in curves):
             return
         if self.times[-1] == now_s:
-            self.reserved_curve[-1] = self.reserved
-            self.requested_curve[-1] = self.requested
+            for curve, value in zip(curves, point, strict=True):
+                curve[-1] = value
             return
         self.times.append(now_s)
-        self.reserved_curve.append(self.reserved)
-        self.requested_curve.append(self.requested)
+        for curve, value in zip(curves, point, strict=True):
+            curve.append(value)
 
     # -- arrival and scheduling -----------------------------------------------------------
 
@@ -506,79 +531,95 @@ class _Replay:
 
     def attempt(self, queue: _ShapeQueue, now_s: int) -> bool:
         """Tries the oldest pod of a shape on the nodes that may have become able to take it."""
+        seq_at_try = self.seq
         index = queue.waiting[0]
-        live = self.live[index]
-        pod = live.counted
-        namespace = pod.namespace
+        namespace = self.live[index].counted.namespace
+        nodes: Iterator[NodeState]
         if queue.failed_seq < 0 or (
             queue.quota_refused and self.namespace_seq.get(namespace, 0) > queue.failed_seq
         ):
             candidates = None
+            nodes = self.walk(queue)
         else:
             # Shapes that failed at the same moment share the set within one round.
             candidates = self.round_changes.get(queue.failed_seq)
             if candidates is None:
                 candidates = self.changed_since(queue.failed_seq)
                 self.round_changes[queue.failed_seq] = candidates
-        seq_at_try = self.seq
-        nodes = self.ordered_nodes(queue, candidates)
-        first = next(nodes, None)
-        quota_refused = False
-        chosen: NodeFit | None = None
-        if first is not None:
-            quota = None
-            if namespace in self.quota_namespaces:
-                quota = QuotaContext(self.ledger.namespace_items(namespace))
-            for fit in fit_nodes(
-                pod,
-                itertools.chain((first,), nodes),
-                vendor=self.vendor,
-                gpu_policy=self.settings.gpu_policy,
-                quota=quota,
-            ):
-                if fit.fits:
-                    chosen = fit
-                    break
-                if fit.reason.endswith(RESOURCE_QUOTA_NOT_FIT):
-                    quota_refused = True
+            passing = self.passing(queue, candidates)
+            if not passing:
+                # The usual retry: nothing that changed can take the shape. Nothing was tried,
+                # so a quota refusal seen before still stands.
+                queue.failed_seq = seq_at_try
+                return False
+            nodes = iter(passing)
+        chosen, quota_refused = self.first_fit(self.live[index].counted, nodes)
         if chosen is None:
             # Every node refuses the shape now; those tried before and unchanged still do.
             queue.failed_seq = seq_at_try
             queue.quota_refused = quota_refused or (queue.quota_refused and candidates is not None)
             return False
         queue.waiting.popleft()
-        self.place(live, chosen, now_s)
+        self.place(self.live[index], chosen, now_s)
         return True
 
-    def ordered_nodes(self, queue: _ShapeQueue, candidates: set[str] | None) -> Iterator[NodeState]:
-        """Nodes in the order fit_pod prefers them (all, or the candidates), without those
-        that surely refuse the shape."""
-        policy = queue.node_policy
+    def first_fit(self, pod: Pod, nodes: Iterator[NodeState]) -> tuple[NodeFit | None, bool]:
+        """The first node, in the order given, the pod fits (None if none), and whether a
+        node refused it on quota."""
+        first = next(nodes, None)
+        if first is None:
+            return None, False
+        quota = None
+        if pod.namespace in self.quota_namespaces:
+            quota = QuotaContext(self.ledger.namespace_items(pod.namespace))
+        quota_refused = False
+        for fit in fit_nodes(
+            pod,
+            itertools.chain((first,), nodes),
+            vendor=self.vendor,
+            gpu_policy=self.settings.gpu_policy,
+            quota=quota,
+        ):
+            if fit.fits:
+                return fit, quota_refused
+            if fit.reason.endswith(RESOURCE_QUOTA_NOT_FIT):
+                quota_refused = True
+        return None, quota_refused
+
+    def walk(self, queue: _ShapeQueue) -> Iterator[NodeState]:
+        """Every node in the order fit_pod prefers them, without those that surely refuse the
+        shape."""
+        if queue.node_policy != self.default_policy:
+            yield from self.passing(queue, self.nodes)
+            return
         nodes = self.nodes
         devices, memory_mib, core_percent = queue.need
-        if candidates is None and policy == self.default_policy:
-            # Not changed while this walks it: a placement ends the walk. The test is inlined:
-            # this loop visits every busy node before the first that may take the pod.
-            for _, name in self.order:
-                summary = nodes[name]
-                if (
-                    summary.devices_with_slot >= devices
-                    and summary.max_memory_free_mib >= memory_mib
-                    and summary.max_cores_free >= core_percent
-                ):
-                    yield summary.state
-            return
-        pool = nodes if candidates is None else candidates
+        # Not changed while this walks it: a placement ends the walk. The test is inlined (as
+        # in passing): this loop visits every busy node before the first that may take the pod.
+        for _, name in self.order:
+            summary = nodes[name]
+            if (
+                summary.devices_with_slot >= devices
+                and summary.max_memory_free_mib >= memory_mib
+                and summary.max_cores_free >= core_percent
+            ):
+                yield summary.state
+
+    def passing(self, queue: _ShapeQueue, names: Iterable[str]) -> list[NodeState]:
+        """Those of the named nodes that may take the shape, in the order fit_pod prefers."""
+        nodes = self.nodes
+        devices, memory_mib, core_percent = queue.need
         passing = [
             summary
-            for summary in map(nodes.__getitem__, pool)
+            for summary in map(nodes.__getitem__, names)
             if summary.devices_with_slot >= devices
             and summary.max_memory_free_mib >= memory_mib
             and summary.max_cores_free >= core_percent
         ]
-        passing.sort(key=lambda summary: summary.key(policy))
-        for summary in passing:
-            yield summary.state
+        if len(passing) > 1:
+            policy = queue.node_policy
+            passing.sort(key=lambda summary: summary.key(policy))
+        return [summary.state for summary in passing]
 
     def place(self, live: _Live, fit: NodeFit, now_s: int) -> None:
         pod = live.counted
@@ -600,7 +641,7 @@ class _Replay:
         live.node_name = fit.node_name
         live.placed_s = now_s
         declared = self.workload.pods[live.index]
-        live.phases_mib = _phases_mib(declared.pod, fit.grants, self.vendor.vendor)
+        live.phases_mib = self.phases_mib(declared.pod, fit.grants)
         assert outcome.change is not None
         self.apply(live, outcome.change, now_s)
         self.set_running(live, live.phases_mib[0], now_s)
@@ -611,6 +652,22 @@ class _Replay:
         if declared.app_run_s is not None:
             self.push(at + declared.app_run_s, _RELEASE, live.index, len(declared.init_run_s))
         self.outcomes[live.index] = (Outcome.PLACED, "")
+
+    def phases_mib(
+        self, declared: Pod, grants: tuple[tuple[DeviceGrant, ...], ...]
+    ) -> tuple[int, ...]:
+        """_phases_mib, remembered: the memory totals of the phases depend only on each
+        container's class and memory (sums are the same whichever cards they are on), and
+        most pods of a workload share a handful of those."""
+        vendor = self.vendor.vendor
+        key = (
+            tuple(c.container_class for c in declared.containers),
+            tuple(sum(g.memory_mib for g in held if g.device_type == vendor) for held in grants),
+        )
+        phases = self.phases_cache.get(key)
+        if phases is None:
+            phases = self.phases_cache[key] = _phases_mib(declared, grants, vendor)
+        return phases
 
     # -- the pod's life -------------------------------------------------------------------
 
@@ -673,8 +730,9 @@ class _Replay:
                     peak_stored_mib=live.peak_stored,
                 )
             )
-        reserved_peak, reserved_mean = _peak_and_mean(self.times, self.reserved_curve, window)
-        requested_peak, requested_mean = _peak_and_mean(self.times, self.requested_curve, window)
+        reserved, requested, idle_curve, unreserved_curve = self.curves
+        reserved_peak, reserved_mean = _peak_and_mean(self.times, reserved, window)
+        requested_peak, requested_mean = _peak_and_mean(self.times, requested, window)
         return RuleResult(
             rule=self.rule,
             window_s=window,
@@ -692,8 +750,10 @@ class _Replay:
             unreserved_mib_s=unreserved,
             namespaces=self.namespace_figures(),
             times_s=tuple(self.times),
-            reserved_mib=tuple(self.reserved_curve),
-            requested_mib=tuple(self.requested_curve),
+            reserved_mib=tuple(reserved),
+            requested_mib=tuple(requested),
+            idle_mib=tuple(idle_curve),
+            unreserved_mib=tuple(unreserved_curve),
         )
 
     def fits_no_empty_node(self, pod: Pod) -> str | None:

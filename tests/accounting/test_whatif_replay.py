@@ -24,6 +24,11 @@ def generated(pods: int, seed: int, nodes: int | None = None) -> Workload:
     return read_workload([SourcedObject("generated", made.objects)], window_s=made.window_s)
 
 
+def integral(times_s: tuple[int, ...], values: tuple[int, ...], window_s: int) -> int:
+    ends = (*times_s[1:], window_s)
+    return sum(value * (end - start) for start, end, value in zip(times_s, ends, values))
+
+
 @pytest.fixture(scope="module")
 def workload() -> Workload:
     return generated(400, seed=11)
@@ -63,6 +68,15 @@ def test_every_pod_is_accounted_for_and_the_pool_is_never_overbooked(
     assert result.peak_reserved_mib == max(result.reserved_mib)
     assert result.mean_reserved_mib <= result.peak_reserved_mib
     assert list(result.times_s) == sorted(set(result.times_s))
+    # The idle and beyond-reservation curves integrate to the per-pod totals.
+    assert integral(result.times_s, result.idle_mib, result.window_s) == result.idle_mib_s
+    assert (
+        integral(result.times_s, result.unreserved_mib, result.window_s) == result.unreserved_mib_s
+    )
+    assert (
+        result.mean_requested_mib
+        == integral(result.times_s, result.requested_mib, result.window_s) // result.window_s
+    )
     for namespace in result.namespaces:
         if namespace.limit_mib is not None:
             assert namespace.peak_used_mib <= namespace.limit_mib, namespace
