@@ -45,6 +45,7 @@ def write_chart(
         matplotlib.use("Agg")
         from matplotlib import pyplot
         from matplotlib.lines import Line2D
+        from matplotlib.ticker import FuncFormatter
     except ImportError as error:
         raise ChartUnavailableError(
             f"the chart needs matplotlib ({error}): {INSTALL_HINT}"
@@ -105,6 +106,7 @@ def write_chart(
                     label="GPU memory of the pool",
                 )
             )
+        top.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
         top.set_ylabel("GPU memory, GiB")
         top.set_title(
             "GPU memory reserved under each accounting rule, and requested by the "

@@ -211,3 +211,34 @@ def test_bad_arguments_exit_2(
 def test_the_cli_forwards_what_if(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["what-if", "--help"]) == 0
     assert "under each GPU accounting rule" in capsys.readouterr().out
+
+
+def _doc_block(command: str) -> list[str]:
+    """The lines docs/what-if.md shows under ``$ <command>`` in a fenced block."""
+    lines = (ROOT / "docs" / "what-if.md").read_text().splitlines()
+    start = lines.index(f"$ {command}") + 1
+    end = lines.index("```", start)
+    return lines[start:end]
+
+
+def test_the_docs_show_what_the_example_run_prints() -> None:
+    code, out, err = run([str(EXAMPLE), "--window-s", "600"])
+
+    assert code == 0, err
+    printed = [line.rstrip() for line in out.splitlines()]
+    shown = _doc_block("hami-accounting what-if examples/what-if --window-s 600")
+    # Everything but how long this run took.
+    assert [line for line in printed if "replayed in" not in line] == [
+        line for line in shown if "replayed in" not in line
+    ]
+
+
+def test_the_docs_run_and_chart_are_checked_in_and_the_readme_lists_the_command() -> None:
+    shown = _doc_block(
+        "hami-accounting what-if --generate 10000 --nodes 500 --seed 1 --chart docs/what-if.png"
+    )
+    assert shown[0].startswith("10,000 GPU pods on 500 nodes")
+    assert any(line.split()[:2] == ["pods", "placed"] for line in shown)
+    assert (ROOT / "docs" / "what-if.png").read_bytes().startswith(PNG_SIGNATURE)
+    readme = (ROOT / "README.md").read_text()
+    assert "| `hami-accounting what-if" in readme and "docs/what-if.md" in readme
