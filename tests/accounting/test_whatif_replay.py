@@ -26,7 +26,9 @@ def generated(pods: int, seed: int, nodes: int | None = None) -> Workload:
 
 def integral(times_s: tuple[int, ...], values: tuple[int, ...], window_s: int) -> int:
     ends = (*times_s[1:], window_s)
-    return sum(value * (end - start) for start, end, value in zip(times_s, ends, values))
+    return sum(
+        value * (end - start) for start, end, value in zip(times_s, ends, values, strict=True)
+    )
 
 
 @pytest.fixture(scope="module")
