@@ -16,7 +16,8 @@ The three models of the charge:
 * ``HAMi v2.10``: sidecar-unaware. Every entry of spec.initContainers is an init container, so
   the charge is max(Σ apps, max over all init-list entries); it shrinks to app-only once every
   init status shows exit 0, which a running sidecar prevents for the pod's whole life.
-  Computed by re-classifying sidecars as init containers and running the same functions.
+  Computed by re-classifying sidecars as init containers and running the same functions
+  (accounting.counting_rules, the rule the what-if replays as ``hami-v2.10``).
 * ``Kubernetes ResourceQuota``: requests.nvidia.com/gpumem is the ordering-aware effective
   request of the quantities as written (per container, not × device count, no memory factor),
   held until the pod is terminal or deleted.
@@ -31,6 +32,7 @@ from dataclasses import dataclass, replace
 # Amount is re-exported: the explanation's figures are of the accounting's one amount type.
 from accounting.amount import ZERO
 from accounting.amount import Amount as Amount
+from accounting.counting_rules import CountingRule, counted_pod
 from accounting.model import (
     NVIDIA_RESOURCES,
     Container,
@@ -256,19 +258,6 @@ def _request_pod(pod: Pod, vendor: VendorResources) -> Pod:
     )
 
 
-def _sidecar_unaware(pod: Pod) -> Pod:
-    """The pod as HAMi v2.10 sees it: every entry of spec.initContainers is an init container."""
-    return replace(
-        pod,
-        containers=tuple(
-            replace(c, container_class=ContainerClass.INIT)
-            if c.container_class is ContainerClass.SIDECAR
-            else c
-            for c in pod.containers
-        ),
-    )
-
-
 def _kubernetes_pod(pod: Pod) -> Pod:
     """The pod as the ResourceQuota evaluator sees it: each container's quantities as written,
     per container (Kubernetes does not know nvidia.com/gpumem is per device, and a default
@@ -397,7 +386,7 @@ def _charges(
     )
 
     steady = _sum(_total(usage_phases(v.containers).steady) for v in views)
-    hami_phases = [usage_phases(_sidecar_unaware(v).containers) for v in views]
+    hami_phases = [usage_phases(counted_pod(v, CountingRule.HAMI_V2_10).containers) for v in views]
     hami_peak = _sum(_total(p.effective) for p in hami_phases)
     hami_app_only = _sum(_total(p.steady) for p in hami_phases)
     # A running sidecar keeps HAMi's gate (every init status exited 0) closed for good; a pod

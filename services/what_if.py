@@ -33,7 +33,6 @@ from typing import Any, TextIO
 
 import yaml
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from accounting.counting_rules import CountingRule
@@ -43,13 +42,12 @@ from accounting.whatif.generate import generate
 from accounting.whatif.kube_input import SourcedObject, read_workload
 from accounting.whatif.replay import ReplaySettings, RuleResult, replay
 from accounting.whatif.workload import DEFAULT_INIT_RUN_S, Workload
+from services.tables import add_identifier_column, console_for, print_uncut
 from services.what_if_chart import INSTALL_HINT, ChartUnavailableError, write_chart
 
 EXIT_OK = 0
 EXIT_USAGE = 2
 PROG = "hami-accounting what-if"
-TABLE_WIDTH = 120
-"""Width of the tables when stdout is not a terminal (and COLUMNS is unset)."""
 MANIFEST_SUFFIXES = (".json", ".yaml", ".yml")
 
 Json = dict[str, Any]
@@ -209,7 +207,7 @@ def quota_table(results: Sequence[RuleResult]) -> Table | None:
         show_edge=False,
         title_justify="left",
     )
-    table.add_column("namespace", no_wrap=True)
+    add_identifier_column(table, "namespace")
     table.add_column("quota", justify="right")
     for result in results:
         table.add_column(result.rule.value, justify="right")
@@ -230,29 +228,21 @@ def quota_table(results: Sequence[RuleResult]) -> Table | None:
 def print_tables(
     workload: Workload, results: Sequence[RuleResult], elapsed_s: float, out: TextIO
 ) -> None:
-    console = _console(out)
+    console = console_for(out)
     console.print(summary_line(workload))
     if not workload.pods:
         console.print("No pod asks for a GPU: nothing to replay.")
         return
     console.print()
-    console.print(rules_table(results))
+    print_uncut(console, rules_table(results))
     quotas = quota_table(results)
     if quotas is not None:
         console.print()
-        console.print(quotas)
+        print_uncut(console, quotas)
     console.print()
     for result in results:
         console.print(f"{result.rule.value}: {result.rule.description}.")
     console.print(f"{_many(len(results), 'rule')} replayed in {elapsed_s:.1f} s.")
-
-
-def _console(out: TextIO) -> Console:
-    width: int | None = None
-    if not out.isatty():
-        columns = os.environ.get("COLUMNS", "")
-        width = int(columns) if columns.isdigit() else TABLE_WIDTH
-    return Console(file=out, width=width, highlight=False, soft_wrap=False)
 
 
 def results_json(workload: Workload, results: Sequence[RuleResult], with_pods: bool) -> Json:

@@ -29,7 +29,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from accounting.hami_codec import NODE_REGISTER_ANNOTATION, encode_node_register
+from accounting.annotations import NODE_REGISTER_ANNOTATION
+from accounting.hami_codec import encode_node_register
 from accounting.model import Device
 
 EPOCH = datetime.datetime(2025, 1, 6, 9, 0, 0, tzinfo=datetime.UTC)

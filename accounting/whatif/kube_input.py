@@ -31,7 +31,7 @@ from accounting.fit import pod_requests_devices
 from accounting.kube_node import NodeRegistration, parse_node
 from accounting.kube_pod import DEFAULT_NAMESPACE, parse_pod, parse_quantity, quantity_as_int64
 from accounting.model import NVIDIA_RESOURCES, ContainerClass, Pod, PodPhase, VendorResources
-from accounting.quota import quota_items_from_limits
+from accounting.quota import merge_quota_limits, quota_keys
 from accounting.whatif.workload import DEFAULT_INIT_RUN_S, ReplayPod, Workload
 
 DEFAULT_WINDOW_S = 3600
@@ -204,12 +204,7 @@ class _Reader:
             return
         found: list[FieldViolation] = []
         limits: dict[str, int] = {}
-        keys = (
-            self.vendor.quota_memory_key,
-            self.vendor.quota_core_key,
-            self.vendor.quota_count_key,
-        )
-        for key in keys:
+        for key, resource in quota_keys((self.vendor,)).items():
             if key not in hard:
                 continue
             try:
@@ -220,17 +215,15 @@ class _Reader:
             if value is None or value < 0:
                 found.append(FieldViolation(f"spec.hard[{key!r}]", "must be a whole number >= 0"))
                 continue
-            limits[key] = value
+            limits[resource] = value
         if found:
             raise _named(InvalidInputError(found), label)
         if not limits:
             self.skip(SKIPPED_GPU_LESS_QUOTA)
             return
-        namespace = metadata.get("namespace") or DEFAULT_NAMESPACE
-        merged = self.quotas.setdefault(str(namespace), {})
+        namespace = str(metadata.get("namespace") or DEFAULT_NAMESPACE)
         # Kubernetes enforces every ResourceQuota of a namespace: the tightest one binds.
-        for resource, value in quota_items_from_limits(limits, self.vendor).items():
-            merged[resource] = min(value, merged.get(resource, value))
+        self.quotas[namespace] = merge_quota_limits((self.quotas.get(namespace, {}), limits))
 
     # -- the result ---------------------------------------------------------------------------
 

@@ -41,10 +41,10 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
+from accounting.amount import ZERO, Amount
 from accounting.counting_rules import CountingRule, counted_pod
 from accounting.fit import (
     BINPACK,
-    RESOURCE_QUOTA_NOT_FIT,
     SPREAD,
     NodeFit,
     NodeState,
@@ -55,23 +55,25 @@ from accounting.fit import (
     node_order_key,
     node_policy_for,
 )
+from accounting.fold import phases
 from accounting.ledger import Ledger, LedgerChange
 from accounting.lifecycle import StoredPod
 from accounting.model import (
     NVIDIA_RESOURCES,
+    Container,
     ContainerClass,
     ContainerState,
     ContainerStatus,
     Device,
     DeviceGrant,
     DeviceState,
-    DeviceUsage,
     Pod,
     PodPhase,
     VendorResources,
 )
-from accounting.pod import effective_request, usage_phases
+from accounting.pod import effective_request
 from accounting.quota import check_quota
+from accounting.reasons import RESOURCE_QUOTA_NOT_FIT
 from accounting.whatif.workload import ReplayPod, Workload
 
 PENDING_AT_END = "Pending"
@@ -843,16 +845,21 @@ def _phases_mib(
     declared: Pod, grants: tuple[tuple[DeviceGrant, ...], ...], vendor_name: str
 ) -> tuple[int, ...]:
     """Memory requested by the running containers: during each regular init container (with
-    the sidecars declared before it), then once they are done (sidecars and apps)."""
-    containers = tuple(
-        replace(c, grants=g) for c, g in zip(declared.containers, grants, strict=True)
+    the sidecars declared before it), then once they are done (sidecars and apps). The fold
+    over the declared classes, keyed by vendor: what runs at once adds up across cards."""
+
+    def own(container: Container) -> dict[str, Amount]:
+        held = [g.amount for g in container.grants if g.device_type == vendor_name]
+        return {vendor_name: sum(held, ZERO)} if held else {}
+
+    walked = phases(
+        tuple(replace(c, grants=g) for c, g in zip(declared.containers, grants, strict=True)),
+        own,
     )
-    phases = usage_phases(containers)
-
-    def total(usage: tuple[DeviceUsage, ...]) -> int:
-        return sum(u.memory_mib for u in usage if u.device_type == vendor_name)
-
-    return (*(total(point) for _, point in phases.init_points), total(phases.steady))
+    return (
+        *(p.running.get(vendor_name, ZERO).memory_mib for p in walked.init_points),
+        walked.steady.get(vendor_name, ZERO).memory_mib,
+    )
 
 
 def _with_statuses(granted: Pod, declared: Pod, finished: int) -> Pod:

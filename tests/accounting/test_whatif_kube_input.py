@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from accounting.annotations import NODE_REGISTER_ANNOTATION
 from accounting.errors import InvalidInputError
-from accounting.hami_codec import NODE_REGISTER_ANNOTATION, encode_node_register
+from accounting.hami_codec import encode_node_register
 from accounting.whatif.kube_input import (
     DEFAULT_WINDOW_S,
     SKIPPED_GPU_LESS_NODE,
