@@ -29,9 +29,11 @@ from typing import Any
 from accounting.errors import FieldViolation, InvalidInputError
 from accounting.fit import pod_requests_devices
 from accounting.kube_node import NodeRegistration, parse_node
-from accounting.kube_pod import DEFAULT_NAMESPACE, parse_pod, parse_quantity, quantity_as_int64
+from accounting.kube_pod import DEFAULT_NAMESPACE, parse_pod
 from accounting.model import NVIDIA_RESOURCES, ContainerClass, Pod, PodPhase, VendorResources
+from accounting.quantity import QuantityError, describe, is_whole, parse_quantity
 from accounting.quota import merge_quota_limits, quota_keys
+from accounting.validate import MAX_QUOTA_LIMIT
 from accounting.whatif.workload import DEFAULT_INIT_RUN_S, ReplayPod, Workload
 
 DEFAULT_WINDOW_S = 3600
@@ -207,15 +209,22 @@ class _Reader:
         for key, resource in quota_keys((self.vendor,)).items():
             if key not in hard:
                 continue
+            where = f"spec.hard[{key!r}]"
             try:
-                value = quantity_as_int64(parse_quantity(hard[key]))
-            except ValueError as error:
-                found.append(FieldViolation(f"spec.hard[{key!r}]", str(error)))
+                value = parse_quantity(hard[key])
+            except QuantityError as error:
+                found.append(FieldViolation(where, str(error)))
                 continue
-            if value is None or value < 0:
-                found.append(FieldViolation(f"spec.hard[{key!r}]", "must be a whole number >= 0"))
+            if not (is_whole(value) and 0 <= value <= MAX_QUOTA_LIMIT):
+                found.append(
+                    FieldViolation(
+                        where,
+                        f"must be a whole number from 0 to {MAX_QUOTA_LIMIT}, "
+                        f"got {describe(value)}",
+                    )
+                )
                 continue
-            limits[resource] = value
+            limits[resource] = int(value)
         if found:
             raise _named(InvalidInputError(found), label)
         if not limits:

@@ -250,7 +250,19 @@ def test_resource_quotas_give_limits_and_the_tightest_one_binds() -> None:
                 }
             ],
             "cluster.json items[0] (ResourceQuota team-a/gpu)",
-            "spec.hard['limits.nvidia.com/gpumem']",
+            "spec.hard['limits.nvidia.com/gpumem']: must be a whole number from 0 to "
+            "1000000000000, got 1.5",
+        ),
+        (
+            [
+                {
+                    "kind": "ResourceQuota",
+                    "metadata": {"name": "huge", "namespace": "team-a"},
+                    "spec": {"hard": {"limits.nvidia.com/gpucores": "1e15"}},
+                }
+            ],
+            "cluster.json items[0] (ResourceQuota team-a/huge)",
+            "spec.hard['limits.nvidia.com/gpucores']: must be a whole number from 0 to",
         ),
         (
             ["not an object"],
@@ -263,6 +275,7 @@ def test_resource_quotas_give_limits_and_the_tightest_one_binds() -> None:
         "a node whose HAMi register annotation is not JSON",
         "a pod whose creationTimestamp is not a timestamp",
         "a ResourceQuota with a GPU limit that is not a whole number",
+        "a ResourceQuota with a GPU limit beyond what the recorder stores",
         "a list item that is not an object",
     ],
 )

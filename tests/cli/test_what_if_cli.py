@@ -134,7 +134,7 @@ def test_an_input_without_gpu_pods_says_so_and_succeeds(tmp_path: Path) -> None:
             "spec:\n  containers:\n  - name: main\n    resources:\n      limits:\n"
             "        nvidia.com/gpu: 1\n        nvidia.com/gpumem: lots\n",
             "  bad.yaml (Pod team-a/bad): spec.containers[0].resources.limits"
-            '["nvidia.com/gpumem"]: must be a Kubernetes quantity such as 4096 or 24Gi, '
+            '["nvidia.com/gpumem"]: must be a Kubernetes quantity such as 4096, 24Gi or 1500m, '
             'got "lots"',
         ),
         (
