@@ -59,7 +59,6 @@ from accounting.fold import phases
 from accounting.ledger import Ledger, LedgerChange
 from accounting.lifecycle import StoredPod
 from accounting.model import (
-    NVIDIA_RESOURCES,
     Container,
     ContainerClass,
     ContainerState,
@@ -72,6 +71,7 @@ from accounting.model import (
     VendorResources,
 )
 from accounting.pod import effective_request
+from accounting.policy import DEFAULT_POLICY, AccountingPolicy
 from accounting.quota import check_quota
 from accounting.reasons import RESOURCE_QUOTA_NOT_FIT
 from accounting.whatif.workload import ReplayPod, Workload
@@ -104,7 +104,8 @@ class ReplaySettings:
     """Pods that wait longer than this are counted."""
     node_policy: str = BINPACK
     gpu_policy: str = SPREAD
-    vendor: VendorResources = NVIDIA_RESOURCES
+    policy: AccountingPolicy = DEFAULT_POLICY
+    """The recorder's policy; the replay accounts its first vendor's devices."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,9 +332,10 @@ class _Replay:
         self.workload = workload
         self.rule = rule
         self.settings = settings
-        self.vendor = settings.vendor
-        self.memory_resource = settings.vendor.memory_resource
-        self.ledger = Ledger((settings.vendor,), progressive_release=rule.progressive_release)
+        self.vendor = settings.policy.vendors[0]
+        self.enforce_gpu_count = settings.policy.enforce_gpu_count
+        self.memory_resource = self.vendor.memory_resource
+        self.ledger = Ledger(settings.policy, progressive_release=rule.progressive_release)
         self.inventories: dict[str, tuple[Device, ...]] = {}
         for node in workload.nodes:
             self.ledger.register_node(node.node_name, node.devices)
@@ -503,7 +505,11 @@ class _Replay:
         request = effective_request(pod, self.vendor)
         self.request_mib[index] = request.memory_mib
         decision = check_quota(
-            pod.namespace, request, self.ledger.namespace_items(pod.namespace), self.vendor
+            pod.namespace,
+            request,
+            self.ledger.namespace_items(pod.namespace),
+            self.vendor,
+            enforce_gpu_count=self.enforce_gpu_count,
         )
         if not decision.allowed:
             self.outcomes[index] = (Outcome.REFUSED, decision.reason)
@@ -573,7 +579,7 @@ class _Replay:
             return None, False
         quota = None
         if pod.namespace in self.quota_namespaces:
-            quota = QuotaContext(self.ledger.namespace_items(pod.namespace))
+            quota = QuotaContext(self.ledger.namespace_items(pod.namespace), self.enforce_gpu_count)
         quota_refused = False
         for fit in fit_nodes(
             pod,
