@@ -9,8 +9,8 @@ Usage:
     python scripts/build_go_client.py                      # -> go/bin/hamiclient
     python scripts/build_go_client.py --gopath /tmp/gp --output /tmp/gp/bin/hamiclient --vet
 
-Exit codes: 0 built; 2 a tool or Debian package is missing (the message names the apt-get
-command); 1 generation, build, vet or gofmt failed.
+Exit codes: 0 built; 2 a tool or Debian package is missing (the message names what, and
+scripts/system_setup.py installs it); 1 generation, build, vet or gofmt failed.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ GO_IMPORT_PATH = "hami-accounting/gen/go/hami/accounting/v1"
 CLIENT_GOPATH = ROOT / "tests" / "interop" / "go"
 CLIENT_PACKAGE = "hamiclient"
 DEBIAN_GOCODE = Path("/usr/share/gocode")
-APT_PACKAGES = (
-    "golang-go protobuf-compiler protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev "
-    "golang-google-protobuf-dev golang-github-golang-protobuf-1-5-dev"
+INSTALL_HINT = (
+    "the Debian packages are listed, and installed when run as root, by scripts/system_setup.py "
+    "(make test runs it first): python3 scripts/system_setup.py --check"
 )
 TOOLS = ("go", "gofmt", "protoc", "protoc-gen-go", "protoc-gen-go-grpc")
 
@@ -59,7 +59,7 @@ def check_toolchain() -> None:
     if missing:
         raise ToolchainMissing(
             "Go toolchain for the interop client is missing: " + ", ".join(missing)
-            + f"\ninstall it with: apt-get update && apt-get install -y {APT_PACKAGES}"
+            + f"\n{INSTALL_HINT}"
         )
 
 

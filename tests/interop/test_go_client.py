@@ -4,7 +4,7 @@ Builds tests/interop/go/src/hamiclient with Debian's Go toolchain in GOPATH mode
 protos/ is generated into a temporary GOPATH, never into the Python package), starts the usage,
 admission and scheduler daemons as separate processes on free 127.0.0.1 ports, runs the client
 and checks the exact seed figures it prints as one JSON document. A missing Go toolchain is a
-failure, not a skip: CI (.ci/run) installs it.
+failure, not a skip: `make test` installs it first (scripts/system_setup.py, as root).
 """
 
 from __future__ import annotations
@@ -157,7 +157,8 @@ def build_client(gopath: Path) -> tuple[Path, float]:
     )
     elapsed = time.monotonic() - started
     if result.returncode == TOOLCHAIN_MISSING_EXIT:
-        pytest.fail(f"the Go toolchain is required for the interop test (CI installs it):\n"
+        pytest.fail(f"the Go toolchain is required for the interop test (`make test` installs "
+                    f"it as root: scripts/system_setup.py):\n"
                     f"{result.stderr}", pytrace=False)
     if result.returncode != 0:
         pytest.fail(f"building the Go client failed ({result.returncode}):\n"

@@ -89,6 +89,12 @@ def test_the_packages_are_the_go_toolchain_of_the_interop_test_with_protobuf_1_5
     assert len(set(PACKAGES)) == len(PACKAGES)
 
 
+def test_the_go_client_doc_installs_exactly_these_packages() -> None:
+    doc = (ROOT / "docs" / "go-clients.md").read_text()
+    command = doc.split("apt-get install -y", 1)[1].split("\n\n", 1)[0].split("\n#", 1)[0]
+    assert command.replace("\\", " ").split() == list(PACKAGES)
+
+
 @pytest.mark.parametrize("euid", [0, 1000], ids=["root", "user"])
 def test_everything_installed_is_one_line_and_no_apt(euid: int) -> None:
     debian = FakeDebian(PACKAGES)
