@@ -21,6 +21,13 @@ nothing stored can only be a delete (the scheduler releases only what it found s
 tombstone refuses Reserve (``PodForgotten``) as well as RecordPod. Forgetting a stored pod leaves
 a tombstone that refuses RecordPod only, so the re-filter's Reserve can store the pod again;
 a later forget of the same uid with nothing stored (the delete) hardens it.
+
+Finished pods. A pod that reached Succeeded or Failed never uses a device again. One that was
+tracked stays stored with nothing charged (``StoredPod.terminal``) until it is forgotten; one
+whose *first* update is already terminal (a recorder restarted or a watch re-listed after the
+pod finished, or updates delivered out of order) is remembered with a tombstone that refuses
+RecordPod and Reserve, like a delete, so a later, staler Running or Pending update charges
+nothing. Either way, once a terminal status has been seen nothing is charged for that uid.
 """
 
 from __future__ import annotations
@@ -252,16 +259,27 @@ class Ledger:
         """Applies the lifecycle rules to a pod's current state (idempotent upsert).
 
         A forgotten uid with nothing stored answers ``Forgotten`` and changes nothing, before
-        any other check: the update is about a pod that no longer exists.
+        any other check: the update is about a pod that no longer exists, or that finished
+        before it was first seen. A pod first seen terminal answers ``NotTracked`` and is
+        remembered from then on (the change carries its tombstone).
         """
         previous = self._pods.get(pod.uid)
         if previous is None and pod.uid in self._tombstones:
             return RecordOutcome(
                 Decision.FORGOTTEN,
-                f"pod {pod.uid} was forgotten (deleted) earlier; a late or repeated update "
-                "charges nothing (Kubernetes never reuses a uid)",
+                f"pod {pod.uid} was forgotten (deleted) or seen finished earlier; a late or "
+                "repeated update charges nothing (Kubernetes never reuses a uid)",
                 None,
                 LedgerChange(None, None),
+            )
+        if previous is None and pod.phase.is_terminal:
+            tombstone = self._bury(pod.uid, reservable=False)
+            return RecordOutcome(
+                Decision.NOT_TRACKED,
+                f"pod is {pod.phase.value}: nothing to charge, and nothing will be (remembered "
+                "like a deleted pod, so a later, staler update is ignored)",
+                None,
+                LedgerChange(None, None, tombstone),
             )
         if not pod.phase.is_terminal:
             # A terminal update only releases; it must go through even if the node's inventory
@@ -430,17 +448,28 @@ class Ledger:
 
         A reservation that exists for the same pod (a re-filter) is replaced: its usage does not
         count against the new placement. Refusals change nothing. A uid forgotten with nothing
-        stored (a delete) is refused with ``PodForgotten`` before any other check; grants
-        computed under another policy than this ledger's (``policy_id``, when given) with
-        ``PolicyChanged`` after that.
+        stored (a delete, or a pod first seen finished) and a pod stored as finished are refused
+        with ``PodForgotten`` before any other check: a finished pod is never charged again.
+        Grants computed under another policy than this ledger's (``policy_id``, when given) are
+        refused with ``PolicyChanged`` after that.
         """
-        if pod.uid not in self._pods and self._tombstones.get(pod.uid) is False:
+        previous = self._pods.get(pod.uid)
+        if previous is None and self._tombstones.get(pod.uid) is False:
             return ReserveOutcome(
                 False,
                 ReserveReason.POD_FORGOTTEN,
-                f"pod {pod.uid} was deleted (forgotten before it was stored); nothing reserved "
-                "(Kubernetes never reuses a uid)",
+                f"pod {pod.uid} was deleted or seen finished (remembered with nothing stored); "
+                "nothing reserved (Kubernetes never reuses a uid)",
                 None,
+                None,
+            )
+        if previous is not None and previous.terminal:
+            return ReserveOutcome(
+                False,
+                ReserveReason.POD_FORGOTTEN,
+                f"pod {pod.uid} already finished; nothing reserved (a finished pod is never "
+                "charged again)",
+                previous,
                 None,
             )
         if policy_id and policy_id != self.policy.policy_id:
@@ -449,7 +478,7 @@ class Ledger:
                 ReserveReason.POLICY_CHANGED,
                 f"the grants were computed under accounting policy {policy_id}; the recorder's "
                 f"is {self.policy.policy_id} ({self.policy.describe()}): nothing reserved",
-                self._pods.get(pod.uid),
+                previous,
                 None,
             )
         if not pod.has_grants:
@@ -461,7 +490,6 @@ class Ledger:
             raise InvalidInputError.single("node_name", f"node {node_name!r} is not registered")
         self._check_grants_on_node(pod, node_name, path="container_grants")
         usage = effective_usage(pod)
-        previous = self._pods.get(pod.uid)
         refusal = self._capacity_refusal(node_name, devices, usage, previous)
         if refusal is None:
             refusal = self._quota_refusal(pod.namespace, usage, previous)

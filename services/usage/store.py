@@ -317,7 +317,8 @@ class UsageStore:
 
     def record_pod(self, pod: Pod) -> RecordOutcome:
         """Applies the lifecycle rules to the pod's current state (idempotent upsert); a
-        forgotten uid answers ``Forgotten`` and changes nothing.
+        forgotten uid answers ``Forgotten`` and changes nothing; a pod first seen finished is
+        remembered (its tombstone journaled with the answer).
 
         Raises:
             InvalidInputError: a grant names a device its (registered) node does not have.
@@ -327,7 +328,7 @@ class UsageStore:
             with self._lock:
                 revision = self._ledger.revision
                 outcome = self._ledger.record(pod)
-                if outcome.change.changed:
+                if outcome.change.changed or outcome.change.tombstone is not None:
                     self._commit_pod_change(outcome.change, revision, _traceparent(pod))
             # Building the attributes costs on every call; a no-op span drops them anyway.
             if span.is_recording():

@@ -332,6 +332,32 @@ def test_a_terminal_pod_stays_released_when_seen_again() -> None:
     assert ledger.node_usage("node1") == {}
 
 
+def test_a_pod_first_seen_finished_is_remembered_and_never_charged() -> None:
+    # Issue 15: a stale Running update after a first Succeeded once charged the pod again.
+    ledger = _ledger()
+    builder = (PodBuilder("p", namespace=NS).init("i", gpu("g0", mib=8000, cores=30))
+               .app("a", gpu("g0", mib=1000, cores=10)))
+
+    first = ledger.record(builder.phase(PodPhase.SUCCEEDED).build())
+    assert (first.decision, first.stored) == (Decision.NOT_TRACKED, None)
+    assert first.change.tombstone is not None and not first.change.tombstone.reservable
+    assert ledger.tombstones() == (("uid-team-a-p", False),)
+    before = _snapshot(ledger)
+
+    stale = ledger.record(builder.phase(PodPhase.PENDING).running("i").build())
+    reserved = ledger.reserve(builder.build(), "node1")
+    # Recording the terminal status again, and the delete, change nothing either.
+    again = ledger.record(builder.phase(PodPhase.FAILED).build())
+    forgotten = ledger.forget("uid-team-a-p")
+
+    assert stale.decision is Decision.FORGOTTEN and "seen finished" in stale.message
+    assert (reserved.reserved, reserved.reason) == (False, ReserveReason.POD_FORGOTTEN)
+    assert again.decision is Decision.FORGOTTEN
+    assert (forgotten.changed, forgotten.tombstone) == (False, None)
+    assert _snapshot(ledger) == before
+    assert ledger.node_usage("node1") == {} and ledger.namespace_items(NS) == {}
+
+
 # -- tombstones: a forgotten uid is never charged again ----------------------------------------
 
 

@@ -351,9 +351,9 @@ class ReferencePod:
         if not self.spec.has_grants or self.terminal or self.forgotten:
             return
         if snapshot.phase in TERMINAL_PHASES:
-            if self.tracked:
-                self.terminal = True
-                self.usage = {}
+            # Tracked or not: a pod once seen finished is never charged again (issue 15).
+            self.terminal = True
+            self.usage = {}
             return
         finished = finished_inits(self.spec, snapshot)
         restarts = init_restarts(self.spec, snapshot)

@@ -43,7 +43,8 @@ from tests.usage.conftest import RPC_TIMEOUT_S, free_port
 START_TIMEOUT_S = 60.0
 GPU = "GPU-0"
 NODE = "node1"
-UIDS = ("uid-trainer", "uid-sidecar", "uid-warmup", "uid-done", "uid-forgotten", "uid-never")
+UIDS = ("uid-trainer", "uid-sidecar", "uid-warmup", "uid-done", "uid-forgotten", "uid-never",
+        "uid-finished-first")
 NAMESPACES = ("team-a", "team-b", "team-none")
 
 
@@ -149,11 +150,19 @@ def _acknowledged_writes(stub: usage_pb2_grpc.UsageRecorderStub) -> None:
     call("ForgetPod", usage_pb2.ForgetPodRequest(pod_uid="uid-forgotten"))
     # A delete seen before the pod's add.
     call("ForgetPod", usage_pb2.ForgetPodRequest(pod_uid="uid-never"))
+    # A pod whose first update is already Succeeded: charged nothing, and remembered.
+    first_seen = stub.RecordPod(usage_pb2.RecordPodRequest(kubernetes_pod_json=to_json(
+        FINISHED_FIRST_POD | {"status": {"phase": "Succeeded"}})), timeout=RPC_TIMEOUT_S)
+    assert (first_seen.decision, first_seen.tracked) == ("NotTracked", False)
 
 
 FORGOTTEN_POD = kube_pod("forgotten", uid="uid-forgotten", namespace="team-b", node=NODE,
                          apps=[app_container("x", gpumem=512)],
                          allocation=allocation([(GPU, 512, 0)]))
+FINISHED_FIRST_POD = kube_pod("finished-first", uid="uid-finished-first", namespace="team-b",
+                              node=NODE, apps=[app_container("x", gpumem=512)],
+                              allocation=allocation([(GPU, 512, 0)]))
+"""Pending, as a stale update shows it; first recorded as Succeeded."""
 NEVER_POD = kube_pod("never", uid="uid-never", namespace="team-b", node=NODE,
                      apps=[app_container("x", gpumem=512)], allocation=allocation([(GPU, 512, 0)]))
 
@@ -237,8 +246,9 @@ def test_sigkill_after_acknowledged_writes_loses_nothing(
                  allocation=allocation([(GPU, 20480, 30)], [(GPU, 10240, 10)]),
                  init_statuses=[running("convert")]))), timeout=RPC_TIMEOUT_S)
     assert (again.decision, again.stored[0].memory_mib) == ("Unchanged", 10240)
-    # The forgotten uids stay forgotten across the SIGKILL: late updates charge nothing.
-    for pod in (FORGOTTEN_POD, NEVER_POD):
+    # The forgotten uids stay forgotten across the SIGKILL, and so does the pod first seen
+    # finished: late (staler) updates charge nothing.
+    for pod in (FORGOTTEN_POD, NEVER_POD, FINISHED_FIRST_POD):
         late = second.stub.RecordPod(usage_pb2.RecordPodRequest(
             kubernetes_pod_json=to_json(pod)), timeout=RPC_TIMEOUT_S)
         assert (late.decision, late.tracked) == ("Forgotten", False), late
