@@ -46,7 +46,7 @@ from accounting import kube_pod
 from accounting.errors import InvalidInputError
 from services.admission import convert
 from services.admission.servicer import QuotaChecker
-from services.common.config import parse_host_port
+from services.common.config import parse_host_port, tls_pair_problem
 from services.common.errors import DependencyUnavailableError
 
 _LOG = logging.getLogger(__name__)
@@ -357,6 +357,9 @@ class WebhookServer:
             host, port = parse_host_port(addr)
         except ValueError as error:
             raise WebhookStartError(f"webhook address {error}") from None
+        problem = tls_pair_problem(cert_file, key_file)
+        if problem is not None:
+            raise WebhookStartError(f"webhook certificate: {problem}")
         try:
             certificates = _CertificateFiles(cert_file, key_file)
         except (OSError, ssl.SSLError) as error:

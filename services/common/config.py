@@ -19,6 +19,7 @@ composes with the common one like this::
 from __future__ import annotations
 
 import argparse
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -288,6 +289,16 @@ class TlsConfig:
     def read_ca(self) -> bytes | None:
         return self.ca_file.read_bytes() if self.ca_file is not None else None
 
+    def problem(self) -> str | None:
+        """What is wrong with the files, in one sentence, or None when they can serve TLS.
+
+        grpcio reports a certificate it cannot use (a key of another certificate, a file that
+        is not PEM) as a failed bind, "address in use"; Python's ssl reads the same files and
+        says what is wrong.
+        """
+        return tls_pair_problem(self.cert_file, self.key_file, self.ca_file)
+
+
     @classmethod
     def from_env(
         cls, env: Mapping[str, str], *, problems: list[str] | None = None
@@ -317,6 +328,32 @@ class TlsConfig:
             problems.extend(found)
         return config
 
+
+def tls_pair_problem(cert_file: Path, key_file: Path, ca_file: Path | None = None) -> str | None:
+    """Why a certificate, its key and (optionally) a CA bundle cannot serve TLS, or None.
+
+    E.g. "the private key /tls/tls.key does not belong to the certificate /tls/tls.crt".
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except ssl.SSLError as error:
+        if "KEY_VALUES_MISMATCH" in str(error):
+            return f"the private key {key_file} does not belong to the certificate {cert_file}"
+        return (
+            f"cannot use the certificate {cert_file} with the private key {key_file}: "
+            f"{error.reason or error} (PEM files expected)"
+        )
+    except OSError as error:
+        return f"cannot read TLS files: {error}"
+    if ca_file is not None:
+        try:
+            context.load_verify_locations(cafile=ca_file)
+        except ssl.SSLError as error:
+            return f"cannot use the CA bundle {ca_file}: {error.reason or error} (PEM expected)"
+        except OSError as error:
+            return f"cannot read TLS files: {error}"
+    return None
 
 @dataclass(frozen=True)
 class CommonConfig:

@@ -295,6 +295,10 @@ def _bind(server: grpc.Server, listen_addr: str, tls: TlsConfig | None) -> int:
         parse_host_port(listen_addr)
     except ValueError as error:
         raise ServerStartError(f"listen address {error}") from None
+    if tls is not None:
+        problem = tls.problem()
+        if problem is not None:
+            raise ServerStartError(problem)
     try:
         if tls is None:
             port = server.add_insecure_port(listen_addr)

@@ -27,7 +27,7 @@ from admission_support import (
 )
 
 from services.admission.__main__ import AdmissionDaemon
-from services.admission.webhook import MAX_BODY_BYTES
+from services.admission.webhook import MAX_BODY_BYTES, WebhookStartError
 
 VERSIONS = ["v1", "v1beta1"]
 
@@ -324,3 +324,18 @@ def test_a_rotated_certificate_is_picked_up_without_a_restart(
 
 def test_the_webhook_is_disabled_without_a_certificate(admission: AdmissionDaemon) -> None:
     assert admission.webhook is None
+
+
+def test_a_webhook_key_of_another_certificate_says_so(
+    start_admission_daemon: StartAdmission, serving_certificate: tuple[Path, Path],
+    tmp_path: Path,
+) -> None:
+    cert, _ = serving_certificate
+    _, other_key = make_serving_certificate(tmp_path)
+    with pytest.raises(WebhookStartError) as raised:
+        start_admission_daemon(webhook_addr="127.0.0.1:0", webhook_cert_file=str(cert),
+                               webhook_key_file=str(other_key))
+    assert str(raised.value) == (
+        f"webhook certificate: the private key {other_key} does not belong to the certificate "
+        f"{cert}"
+    )

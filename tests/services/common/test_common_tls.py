@@ -122,3 +122,35 @@ def test_unreadable_certificate_is_a_start_error(serve: ServeFn, tmp_path: Path)
     missing = TlsConfig(cert_file=tmp_path / "nope.pem", key_file=tmp_path / "nope.key")
     with pytest.raises(ServerStartError, match="cannot read TLS files"):
         serve(tls=missing)
+
+
+def test_a_key_of_another_certificate_says_so(
+    serve: ServeFn, pki: dict[str, TlsConfig]
+) -> None:
+    # Issue 15: this was reported as "cannot listen on ... (address in use or not available
+    # here)".
+    server, client = pki["server"], pki["client"]
+    mismatched = TlsConfig(cert_file=server.cert_file, key_file=client.key_file)
+    with pytest.raises(ServerStartError) as raised:
+        serve(tls=mismatched)
+    assert str(raised.value) == (
+        f"the private key {client.key_file} does not belong to the certificate "
+        f"{server.cert_file}"
+    )
+
+
+@pytest.mark.parametrize("broken", ["cert_file", "key_file", "ca_file"])
+def test_a_file_that_is_not_pem_says_which(
+    serve: ServeFn, pki: dict[str, TlsConfig], tmp_path: Path, broken: str
+) -> None:
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    server = pki["server"]
+    files = {"cert_file": server.cert_file, "key_file": server.key_file,
+             "ca_file": server.ca_file}
+    files[broken] = garbage
+    with pytest.raises(ServerStartError) as raised:
+        serve(tls=TlsConfig(**files))
+    message = str(raised.value)
+    assert str(garbage) in message and "PEM" in message
+    assert "address in use" not in message
