@@ -23,28 +23,39 @@ a recorder call.
 The server is the standard library's threaded ``http.server`` with TLS done per connection in
 the connection's thread (a slow handshake never blocks accepting). The certificate and key are
 re-read when their files change, so a rotated Secret needs no restart.
+
+Slow and idle clients are bounded (``ConnectionLimits``): the TLS handshake and the whole first
+request (headers and body) must arrive within ``request_timeout_s`` of the connection, each
+later request within ``request_timeout_s`` of its first byte, and a kept-alive connection may
+wait at most ``idle_timeout_s`` for its next request; past a deadline the connection is closed
+(services/admission/deadlines.py), however slowly it trickles bytes. At most
+``max_connections`` are open at once, one thread each; a connection beyond that is closed at
+once, and the refusals are logged.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from accounting import kube_pod
 from accounting.errors import InvalidInputError
 from services.admission import convert
+from services.admission.deadlines import ConnectionDeadlines
 from services.admission.servicer import QuotaChecker
 from services.common.config import parse_host_port, tls_pair_problem
 from services.common.errors import DependencyUnavailableError
@@ -57,8 +68,20 @@ MAX_BODY_BYTES = 1024 * 1024
 """The largest AdmissionReview accepted (the API server's own request limit is 3 MiB; a pod
 spec anywhere near 1 MiB is not something this check needs to read)."""
 _DISCARD_LIMIT_BYTES = 8 * 1024 * 1024
-CONNECTION_TIMEOUT_S = 30.0
-"""Idle and handshake timeout of one connection (the API server waits at most 30 s)."""
+_REFUSAL_LOG_INTERVAL_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """How long and how many connections the endpoint serves."""
+
+    max_connections: int = 128
+    """Connections open at once (one thread each); more are closed as they arrive."""
+    request_timeout_s: float = 10.0
+    """TLS handshake plus a whole request (headers and body), and each later request from its
+    first byte: the API server's own webhook timeout is at most 30 s, 10 s by default."""
+    idle_timeout_s: float = 30.0
+    """How long a kept-alive connection may wait for its next request."""
 
 SUPPORTED_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 REVIEW_KIND = "AdmissionReview"
@@ -229,9 +252,24 @@ class _CertificateFiles:
 class _Handler(BaseHTTPRequestHandler):
     server: _WebhookServer
     protocol_version = "HTTP/1.1"
-    timeout = CONNECTION_TIMEOUT_S
     server_version = "hami-accounting-admission"
     sys_version = ""
+
+    def handle(self) -> None:
+        # The first request's deadline was set before the handshake; a later one waits for its
+        # first byte under the idle deadline, then must arrive whole under the request deadline.
+        limits, deadlines = self.server.limits, self.server.deadlines
+        self.handle_one_request()
+        while not self.close_connection:
+            deadlines.set(self.connection, limits.idle_timeout_s)
+            try:
+                # rfile is the socket's io.BufferedReader (StreamRequestHandler's rbufsize -1).
+                if not cast(io.BufferedReader, self.rfile).peek(1):
+                    return  # the client closed, or stayed idle past its deadline
+            except (OSError, ValueError):
+                return
+            deadlines.set(self.connection, limits.request_timeout_s)
+            self.handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # the base class's signature
         _LOG.debug("webhook: " + format, *args)
@@ -310,18 +348,65 @@ class _Handler(BaseHTTPRequestHandler):
 class _WebhookServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    # Connections the kernel queues while the accept loop hands one over; more get a reset.
+    request_queue_size = 128
 
     def __init__(
         self,
         address: tuple[str, int],
         checker: QuotaChecker,
         certificates: _CertificateFiles,
+        limits: ConnectionLimits,
     ) -> None:
         self.checker = checker
         self.certificates = certificates
+        self.limits = limits
+        self.deadlines = ConnectionDeadlines()
+        self._slots = threading.BoundedSemaphore(limits.max_connections)
+        self.refused = 0
+        """Connections closed on arrival because max_connections were open (for tests)."""
+        self._refusals = 0
+        self._refusals_logged_at = float("-inf")
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # In the accept loop: a connection beyond the cap is closed at once, so a flood of
+        # slow clients costs at most max_connections threads.
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            self._refused(client_address)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _refused(self, client_address: Any) -> None:
+        self.refused += 1
+        self._refusals += 1
+        now = time.monotonic()
+        if now - self._refusals_logged_at >= _REFUSAL_LOG_INTERVAL_S:
+            _LOG.warning(
+                "webhook connection limit reached: closed %d new connections (%d open at most)",
+                self._refusals, self.limits.max_connections,
+                extra={"refused": self._refusals, "max_connections": self.limits.max_connections,
+                       "client": str(client_address[0])},
+            )
+            self._refusals_logged_at = now
+            self._refusals = 0
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.deadlines.close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that went away mid-request is routine; the default prints to stderr.
@@ -330,19 +415,28 @@ class _WebhookServer(ThreadingHTTPServer):
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         # Runs in the connection's own thread: the handshake cannot stall the accept loop.
-        request.settimeout(CONNECTION_TIMEOUT_S)
+        # Each read also times out on its own (a backstop; the deadlines are what bound it).
+        request.settimeout(self.limits.idle_timeout_s)
         # Headers and body leave in two writes; without this, Nagle's algorithm holds the body
         # until the client's delayed ACK: about 40 ms per answer on a kept-alive connection.
         with contextlib.suppress(OSError):
             request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            tls = self.certificates.context().wrap_socket(request, server_side=True)
+            tls = self.certificates.context().wrap_socket(
+                request, server_side=True, do_handshake_on_connect=False
+            )
         except (ssl.SSLError, OSError) as error:
-            _LOG.debug("webhook TLS handshake failed from %s: %s", client_address, error)
+            _LOG.debug("webhook TLS setup failed from %s: %s", client_address, error)
             return
         try:
+            # One deadline for the handshake and the whole first request.
+            self.deadlines.set(tls, self.limits.request_timeout_s)
+            tls.do_handshake()
             _Handler(tls, client_address, self)
+        except (ssl.SSLError, OSError) as error:
+            _LOG.debug("webhook connection from %s ended: %s", client_address, error)
         finally:
+            self.deadlines.clear(tls)
             with contextlib.suppress(OSError):
                 tls.close()
 
@@ -351,7 +445,12 @@ class WebhookServer:
     """A started AdmissionReview endpoint; ``stop`` ends it (idempotent)."""
 
     def __init__(
-        self, addr: str, cert_file: Path, key_file: Path, checker: QuotaChecker
+        self,
+        addr: str,
+        cert_file: Path,
+        key_file: Path,
+        checker: QuotaChecker,
+        limits: ConnectionLimits = ConnectionLimits(),
     ) -> None:
         try:
             host, port = parse_host_port(addr)
@@ -367,7 +466,7 @@ class WebhookServer:
                 f"cannot load the webhook certificate {cert_file} / key {key_file}: {error}"
             ) from None
         try:
-            self._server = _WebhookServer((host, port), checker, certificates)
+            self._server = _WebhookServer((host, port), checker, certificates, limits)
         except OSError as error:
             raise WebhookStartError(
                 f"cannot listen on {addr} for the webhook: {error.strerror or error}"
@@ -382,7 +481,20 @@ class WebhookServer:
         self._stopped = threading.Event()
         self._thread.start()
         _LOG.info("AdmissionReview endpoint listening",
-                  extra={"webhook_addr": addr, "port": self.port, "path": VALIDATE_PATH})
+                  extra={"webhook_addr": addr, "port": self.port, "path": VALIDATE_PATH,
+                         "max_connections": limits.max_connections,
+                         "request_timeout_s": limits.request_timeout_s,
+                         "idle_timeout_s": limits.idle_timeout_s})
+
+    @property
+    def refused_connections(self) -> int:
+        """Connections closed on arrival because ``max_connections`` were open."""
+        return self._server.refused
+
+    @property
+    def expired_connections(self) -> int:
+        """Connections closed because they overran a deadline."""
+        return self._server.deadlines.expired
 
     @property
     def url(self) -> str:
