@@ -40,24 +40,48 @@ class InvalidInputError(AccountingError):
         return cls([FieldViolation(path, message)])
 
 
-class Violations:
-    """Collects violations while validating, then raises them all at once."""
+MAX_REPORTED_VIOLATIONS = 100
+"""An error lists at most this many fields, then says how many more there were."""
 
-    def __init__(self) -> None:
+
+class Violations:
+    """Collects violations while validating, then raises them all at once.
+
+    Only the first ``limit`` are kept: a malformed annotation or a huge typed message can hold
+    thousands of bad fields, and the error names the first few and counts the rest, so building
+    it stays cheap and the message fits in a gRPC status.
+    """
+
+    def __init__(self, limit: int = MAX_REPORTED_VIOLATIONS) -> None:
+        self._limit = limit
         self._found: list[FieldViolation] = []
+        self._dropped = 0
 
     def add(self, path: str, message: str) -> None:
-        self._found.append(FieldViolation(path, message))
+        """Adds one problem of the field at ``path``."""
+        if len(self._found) < self._limit:
+            self._found.append(FieldViolation(path, message))
+        else:
+            self._dropped += 1
 
     def extend(self, error: InvalidInputError, prefix: str = "") -> None:
         """Adds another error's violations, optionally under a path prefix."""
         for violation in error.violations:
-            path = f"{prefix}{violation.path}" if prefix else violation.path
-            self._found.append(FieldViolation(path, violation.message))
+            self.add(f"{prefix}{violation.path}", violation.message)
 
     def __bool__(self) -> bool:
         return bool(self._found)
 
+    def __len__(self) -> int:
+        """How many violations were added, kept or not (lets callers see if a step added any)."""
+        return len(self._found) + self._dropped
+
     def raise_if_any(self) -> None:
-        if self._found:
-            raise InvalidInputError(self._found)
+        """Raises one ``InvalidInputError`` with every violation kept, if there is any."""
+        if not self._found:
+            return
+        found = list(self._found)
+        if self._dropped:
+            last = found[-1]
+            found.append(FieldViolation(last.path, f"and {self._dropped} more problems"))
+        raise InvalidInputError(found)

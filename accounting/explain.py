@@ -98,6 +98,7 @@ class InitPoint:
 
     @property
     def total(self) -> Amount:
+        """Everything on the device while the init container runs."""
         return self.own + self.sidecars
 
 
@@ -155,6 +156,7 @@ class PhaseCharge:
 
     @property
     def label(self) -> str:
+        """The phase in words, e.g. "init container convert-weights running"."""
         if self.phase is Phase.INIT_RUNNING:
             return f"init container {self.container} running"
         if self.phase is Phase.APPS_RUNNING:
@@ -162,6 +164,7 @@ class PhaseCharge:
         return "terminal"
 
     def charge(self, model: Model) -> Amount:
+        """What ``model`` charges during the phase."""
         if model is Model.HAMI_ACCOUNTING:
             return self.hami_accounting
         if model is Model.HAMI_V2_10:

@@ -26,14 +26,13 @@ from accounting.annotations import (
     DEVICES_ALLOCATED_ANNOTATION,
     NODE_REGISTER_ANNOTATION,
 )
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, Violations
 from accounting.model import DEFAULT_DEVICE_MODE, NVIDIA, Device, DeviceGrant
 from accounting.validate import (
     INT32_MAX,
     INT32_MIN,
     MAX_DEVICES_PER_NODE,
     MAX_GRANT_SLOTS,
-    BoundedViolations,
     check_wire_text,
     json_kind,
     quote,
@@ -63,7 +62,7 @@ def encode_pod_devices(per_container: Sequence[Sequence[DeviceGrant]]) -> str:
         InvalidInputError: a UUID or type that would break the format (empty, or holding
             ``,`` ``:`` ``;``), or a number outside what HAMi's int32 fields hold.
     """
-    found = BoundedViolations()
+    found = Violations()
     for position, grants in enumerate(per_container):
         for index, grant in enumerate(grants):
             path = f"grants[{position}][{index}]"
@@ -102,7 +101,7 @@ def decode_pod_devices(value: str, *, path: str = _ALLOCATED_PATH) -> PodDevices
             ``annotations["hami.io/vgpu-devices-allocated"][1][0]: expected
             UUID,TYPE,MEMORY_MIB,CORE_PERCENT[,SLOTS], got "uuid,type,100"``.
     """
-    found = BoundedViolations()
+    found = Violations()
     entries = _decode_entries(value, path, found)
     found.raise_if_any()
     return entries
@@ -120,7 +119,7 @@ def decode_container_grants(
         InvalidInputError: malformed entries, and any device at a position the pod does not
             have ("grant for container position 3 but the pod has 3 containers").
     """
-    found = BoundedViolations()
+    found = Violations()
     entries = _decode_entries(value, path, found)
     for position in range(container_count, len(entries)):
         if entries[position]:
@@ -134,7 +133,7 @@ def decode_container_grants(
     return aligned + ((),) * (container_count - len(aligned))
 
 
-def _decode_entries(value: str, path: str, found: BoundedViolations) -> PodDevices:
+def _decode_entries(value: str, path: str, found: Violations) -> PodDevices:
     entries: list[tuple[DeviceGrant, ...]] = []
     for position, piece in enumerate(value.split(";")):
         grants: list[DeviceGrant] = []
@@ -148,7 +147,7 @@ def _decode_entries(value: str, path: str, found: BoundedViolations) -> PodDevic
     return tuple(entries)
 
 
-def _decode_grant(item: str, path: str, found: BoundedViolations) -> DeviceGrant | None:
+def _decode_grant(item: str, path: str, found: Violations) -> DeviceGrant | None:
     fields = item.split(",")
     if len(fields) not in (4, 5):
         found.add(path, f"expected {_GRANT_SHAPE}, got {quote(item)}")
@@ -169,7 +168,7 @@ def _decode_grant(item: str, path: str, found: BoundedViolations) -> DeviceGrant
     return DeviceGrant(uuid, device_type, memory_mib, core_percent, slots)
 
 
-def _wire_int(text: str, path: str, found: BoundedViolations, high: int = INT32_MAX) -> int:
+def _wire_int(text: str, path: str, found: Violations, high: int = INT32_MAX) -> int:
     if _GO_DECIMAL.fullmatch(text) is None:
         found.add(path, f"must be an integer between 0 and {high}, got {quote(text)}")
         return 0
@@ -210,7 +209,7 @@ def decode_node_register(value: str, *, path: str = _REGISTER_PATH) -> tuple[Dev
         raise InvalidInputError.single(
             path, f"at most {MAX_DEVICES_PER_NODE} devices, got {len(document)}"
         )
-    found = BoundedViolations()
+    found = Violations()
     devices: list[Device] = []
     first_index: dict[str, int] = {}
     for index, element in enumerate(document):
@@ -239,7 +238,7 @@ def _json_error_message(value: str, error: ValueError) -> str:
     return f"must be a JSON array of devices, not valid JSON ({error})"
 
 
-def _decode_device(element: object, path: str, found: BoundedViolations) -> Device | None:
+def _decode_device(element: object, path: str, found: Violations) -> Device | None:
     if not isinstance(element, dict):
         found.add(path, f"must be an object, got {json_kind(element)}")
         return None
@@ -263,7 +262,7 @@ def _decode_device(element: object, path: str, found: BoundedViolations) -> Devi
 
 
 def _json_int(
-    element: Mapping[str, Any], key: str, path: str, found: BoundedViolations, low: int = 0
+    element: Mapping[str, Any], key: str, path: str, found: Violations, low: int = 0
 ) -> int:
     value = element.get(key)
     if value is None:
@@ -276,7 +275,7 @@ def _json_int(
     return value
 
 
-def _json_str(element: Mapping[str, Any], key: str, path: str, found: BoundedViolations) -> str:
+def _json_str(element: Mapping[str, Any], key: str, path: str, found: Violations) -> str:
     value = element.get(key)
     if value is None:
         return ""
@@ -286,7 +285,7 @@ def _json_str(element: Mapping[str, Any], key: str, path: str, found: BoundedVio
     return value
 
 
-def _json_bool(element: Mapping[str, Any], key: str, path: str, found: BoundedViolations) -> bool:
+def _json_bool(element: Mapping[str, Any], key: str, path: str, found: Violations) -> bool:
     value = element.get(key)
     if value is None:
         return False

@@ -12,9 +12,9 @@ from typing import Any
 
 from accounting import hami_codec
 from accounting.annotations import NODE_REGISTER_ANNOTATION
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, Violations
 from accounting.model import Device
-from accounting.validate import BoundedViolations, json_object, quote
+from accounting.validate import json_object, quote
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,7 @@ def parse_node(obj: Mapping[str, Any], *, path: str = "") -> NodeRegistration:
             annotation, together.
     """
     prefix = f"{path}." if path else ""
-    found = BoundedViolations()
+    found = Violations()
     metadata = obj.get("metadata")
     if not isinstance(metadata, dict):
         metadata = {}

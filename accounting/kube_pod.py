@@ -21,7 +21,7 @@ from typing import Any
 
 from accounting import hami_codec, quantity
 from accounting.annotations import DEVICES_ALLOCATED_ANNOTATION, VGPU_NODE_ANNOTATION
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, Violations
 from accounting.model import (
     NVIDIA_RESOURCES,
     Container,
@@ -41,7 +41,6 @@ from accounting.validate import (
     MAX_CONTAINERS,
     MAX_DEVICES_PER_CONTAINER,
     MAX_STATUSES,
-    BoundedViolations,
     json_kind,
     json_object,
     quote,
@@ -85,7 +84,7 @@ def parse_pod(
         InvalidInputError: every problem at once: missing uid, nameless or duplicate containers,
             malformed quantities or annotations, grants for containers the pod does not have.
     """
-    reader = _Reader(BoundedViolations(), f"{path}." if path else "")
+    reader = _Reader(Violations(), f"{path}." if path else "")
     pod = reader.pod(obj, vendors)
     reader.found.raise_if_any()
     return pod
@@ -110,7 +109,7 @@ _ABSENT = _Resource()
 
 @dataclass(frozen=True, slots=True)
 class _Reader:
-    found: BoundedViolations
+    found: Violations
     prefix: str
 
     def at(self, path: str) -> str:

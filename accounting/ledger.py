@@ -84,16 +84,19 @@ class LedgerChange:
 
     @property
     def namespace(self) -> str:
+        """The namespace of the pod the change is about ("" for a tombstone alone)."""
         pod = self.after or self.before
         return pod.namespace if pod else ""
 
     @property
     def node_names(self) -> tuple[str, ...]:
+        """The nodes whose totals the change touched, sorted."""
         names = {p.node_name for p in (self.before, self.after) if p is not None and p.node_name}
         return tuple(sorted(names))
 
     @property
     def changed(self) -> bool:
+        """True when the stored value differs after the change."""
         return self.before != self.after
 
 
@@ -179,21 +182,26 @@ class Ledger:
     # -- queries ---------------------------------------------------------------------------
 
     def pod(self, uid: str) -> StoredPod | None:
+        """What is stored for one pod, or None."""
         return self._pods.get(uid)
 
     def pods(self) -> Iterable[StoredPod]:
+        """Every stored pod (a live view: do not change the ledger while iterating)."""
         return self._pods.values()
 
     def pod_uids(self) -> frozenset[str]:
+        """The uids of every stored pod."""
         return frozenset(self._pods)
 
     def __len__(self) -> int:
         return len(self._pods)
 
     def node_names(self) -> tuple[str, ...]:
+        """The registered nodes, in registration order."""
         return tuple(self._nodes)
 
     def node_devices(self, node_name: str) -> tuple[Device, ...] | None:
+        """A registered node's inventory, or None."""
         return self._nodes.get(node_name)
 
     def node_states(self, node_name: str) -> tuple[DeviceState, ...] | None:
@@ -233,6 +241,7 @@ class Ledger:
         return tuple((uid, self._tombstones[uid]) for uid in self._tombstone_order)
 
     def namespaces(self) -> tuple[str, ...]:
+        """Namespaces with usage or limits, sorted."""
         return tuple(sorted(set(self._namespace_used) | set(self._limits)))
 
     def namespace_items(self, namespace: str) -> dict[str, QuotaItem]:
@@ -251,6 +260,7 @@ class Ledger:
         return self._namespace_used.get(namespace, {}).get(resource, 0)
 
     def limits(self, namespace: str) -> dict[str, int]:
+        """A namespace's limits keyed by resource name (a copy; empty when none is set)."""
         return dict(self._limits.get(namespace, {}))
 
     # -- changes ---------------------------------------------------------------------------

@@ -243,6 +243,7 @@ class DeviceState:
 
     @property
     def memory_free_mib(self) -> int:
+        """Device memory not charged to any pod (negative when overcommitted)."""
         return self.device.memory_total_mib - self.memory_used_mib
 
 

@@ -236,6 +236,7 @@ class EffectiveRequest:
 
     @property
     def is_empty(self) -> bool:
+        """True when the pod asks for nothing of the vendor."""
         return self.count == 0 and self.memory_mib == 0 and self.core_percent == 0
 
 

@@ -46,6 +46,7 @@ class QuotaCheckItem:
 
     @property
     def exceeded(self) -> bool:
+        """True when an enforced limit would be passed (the boundary is inclusive)."""
         return self.enforced and self.limit_set and self.used + self.requested > self.limit
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from accounting.errors import FieldViolation, InvalidInputError
+from accounting.errors import InvalidInputError, Violations
 from accounting.model import Container, ContainerStatus, Device, DeviceGrant, DeviceRequest, Pod
 
 INT32_MAX = 2_147_483_647
@@ -50,8 +50,6 @@ reaches."""
 INT64_MAX = 2**63 - 1
 MAX_ANNOTATIONS_BYTES = 256 * 1024
 """Kubernetes' own limit on the total size of a pod's annotations (keys plus values)."""
-MAX_REPORTED_VIOLATIONS = 100
-"""An error lists at most this many fields, then says how many more there were."""
 
 WIRE_SEPARATORS = ",:;"
 _NO_WIRE_SEPARATOR = re.compile(f"[^{re.escape(WIRE_SEPARATORS)}]*")
@@ -113,53 +111,12 @@ def shown(value: object) -> str:
     return quote(str(value))[1:-1]
 
 
-class BoundedViolations:
-    """Collects violations like ``errors.Violations`` but keeps only the first few.
-
-    A malformed annotation or a huge typed message can hold thousands of bad fields; the error
-    names the first ``limit`` of them and counts the rest, so building it stays cheap and the
-    message fits in a gRPC status.
-    """
-
-    def __init__(self, limit: int = MAX_REPORTED_VIOLATIONS) -> None:
-        self._limit = limit
-        self._found: list[FieldViolation] = []
-        self._dropped = 0
-
-    def add(self, path: str, message: str) -> None:
-        if len(self._found) < self._limit:
-            self._found.append(FieldViolation(path, message))
-        else:
-            self._dropped += 1
-
-    def extend(self, error: InvalidInputError, prefix: str = "") -> None:
-        """Adds another error's violations, optionally under a path prefix."""
-        for violation in error.violations:
-            self.add(f"{prefix}{violation.path}", violation.message)
-
-    def __bool__(self) -> bool:
-        return bool(self._found)
-
-    def __len__(self) -> int:
-        """How many violations were added, kept or not (lets callers see if a step added any)."""
-        return len(self._found) + self._dropped
-
-    def raise_if_any(self) -> None:
-        if not self._found:
-            return
-        found = list(self._found)
-        if self._dropped:
-            last = found[-1]
-            found.append(FieldViolation(last.path, f"and {self._dropped} more problems"))
-        raise InvalidInputError(found)
-
-
 # The checks below take the object's path and the field's name apart and join them only to
 # report a violation: valid input (nearly every call) then builds no path string at all.
 
 
 def check_range(
-    found: BoundedViolations,
+    found: Violations,
     path: str,
     field: str,
     value: int,
@@ -172,7 +129,7 @@ def check_range(
 
 
 def check_wire_text(
-    found: BoundedViolations, path: str, field: str, value: str, *, required: bool
+    found: Violations, path: str, field: str, value: str, *, required: bool
 ) -> None:
     """A UUID or type (at ``path.field``) must fit between the separators of the HAMi pod
     annotation."""
@@ -192,7 +149,7 @@ def validate_pod(pod: Pod, path: str = "pod") -> None:
         InvalidInputError: naming every offending field, e.g.
             ``pod.containers[1].grants[0].memory_mib: must be between 0 and 2147483647, got -5``.
     """
-    found = BoundedViolations()
+    found = Violations()
     check_pod(found, pod, path)
     found.raise_if_any()
 
@@ -203,12 +160,12 @@ def validate_devices(devices: Sequence[Device], path: str = "devices") -> None:
     Raises:
         InvalidInputError: naming every offending field, e.g. ``devices[1].uuid``.
     """
-    found = BoundedViolations()
+    found = Violations()
     check_devices(found, devices, path)
     found.raise_if_any()
 
 
-def check_pod(found: BoundedViolations, pod: Pod, path: str) -> None:
+def check_pod(found: Violations, pod: Pod, path: str) -> None:
     """Adds every problem of ``pod`` to ``found``; for callers that merge other violations."""
     if not pod.uid:
         found.add(f"{path}.uid", "must not be empty")
@@ -236,7 +193,7 @@ def check_pod(found: BoundedViolations, pod: Pod, path: str) -> None:
     _check_statuses(found, pod.container_statuses, f"{path}.container_statuses")
 
 
-def check_devices(found: BoundedViolations, devices: Sequence[Device], path: str) -> None:
+def check_devices(found: Violations, devices: Sequence[Device], path: str) -> None:
     """Adds every problem of a node inventory to ``found``."""
     if len(devices) > MAX_DEVICES_PER_NODE:
         found.add(path, f"at most {MAX_DEVICES_PER_NODE} devices, got {len(devices)}")
@@ -260,7 +217,7 @@ def check_devices(found: BoundedViolations, devices: Sequence[Device], path: str
             found.add(f"{device_path}.vendor", "must not be empty")
 
 
-def check_grant(found: BoundedViolations, grant: DeviceGrant, path: str) -> None:
+def check_grant(found: Violations, grant: DeviceGrant, path: str) -> None:
     """Adds every problem of one grant to ``found``."""
     check_wire_text(found, path, "uuid", grant.uuid, required=True)
     check_wire_text(found, path, "device_type", grant.device_type, required=False)
@@ -269,7 +226,7 @@ def check_grant(found: BoundedViolations, grant: DeviceGrant, path: str) -> None
     check_range(found, path, "slots", grant.slots, high=MAX_GRANT_SLOTS)
 
 
-def _check_container(found: BoundedViolations, container: Container, path: str) -> None:
+def _check_container(found: Violations, container: Container, path: str) -> None:
     if not container.name:
         found.add(f"{path}.name", "must not be empty")
     if len(container.requests) > MAX_REQUESTS_PER_CONTAINER:
@@ -297,7 +254,7 @@ def _check_container(found: BoundedViolations, container: Container, path: str) 
             check_grant(found, grant, f"{path}.grants[{index}]")
 
 
-def _check_request(found: BoundedViolations, request: DeviceRequest, path: str) -> None:
+def _check_request(found: Violations, request: DeviceRequest, path: str) -> None:
     if not request.vendor:
         found.add(f"{path}.vendor", "must not be empty")
     check_range(found, path, "count", request.count, high=MAX_DEVICES_PER_CONTAINER)
@@ -307,7 +264,7 @@ def _check_request(found: BoundedViolations, request: DeviceRequest, path: str) 
 
 
 def _check_statuses(
-    found: BoundedViolations, statuses: Sequence[ContainerStatus], path: str
+    found: Violations, statuses: Sequence[ContainerStatus], path: str
 ) -> None:
     if len(statuses) > MAX_STATUSES:
         found.add(path, f"at most {MAX_STATUSES} statuses, got {len(statuses)}")
@@ -320,7 +277,7 @@ def _check_statuses(
         check_range(found, status_path, "restart_count", status.restart_count)
 
 
-def _check_annotations(found: BoundedViolations, annotations: Mapping[str, str], path: str) -> None:
+def _check_annotations(found: Violations, annotations: Mapping[str, str], path: str) -> None:
     size = sum(len(key.encode()) + len(value.encode()) for key, value in annotations.items())
     if size > MAX_ANNOTATIONS_BYTES:
         found.add(path, f"total size must be at most {MAX_ANNOTATIONS_BYTES} bytes, got {size}")

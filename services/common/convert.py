@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
 from accounting import kube_node, kube_pod, validate
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, Violations
 from accounting.model import (
     DEFAULT_DEVICE_MODE,
     NVIDIA,
@@ -31,7 +31,6 @@ from accounting.model import (
     VendorResources,
 )
 from accounting.policy import AccountingPolicy
-from accounting.validate import BoundedViolations
 from hami.accounting.v1 import types_pb2, usage_pb2
 
 T = TypeVar("T")
@@ -134,7 +133,7 @@ def pod_from_pb(pb: types_pb2.Pod, path: str = "pod") -> Pod:
         InvalidInputError: every problem, e.g. ``pod.containers[0].container_class: must be
             set`` together with ``pod.uid: must not be empty``.
     """
-    found = BoundedViolations()
+    found = Violations()
     _check_sizes(found, pb, path)
     found.raise_if_any()
     containers = tuple(
@@ -166,7 +165,7 @@ def pod_from_pb(pb: types_pb2.Pod, path: str = "pod") -> Pod:
     return pod
 
 
-def _check_sizes(found: BoundedViolations, pb: types_pb2.Pod, path: str) -> None:
+def _check_sizes(found: Violations, pb: types_pb2.Pod, path: str) -> None:
     # Refuse a huge repeated field before converting any element of it.
     if len(pb.containers) > validate.MAX_CONTAINERS:
         found.add(
@@ -198,7 +197,7 @@ def _check_sizes(found: BoundedViolations, pb: types_pb2.Pod, path: str) -> None
 
 
 def _container_from_pb(
-    found: BoundedViolations, pb: types_pb2.Container, pod_path: str, index: int
+    found: Violations, pb: types_pb2.Container, pod_path: str, index: int
 ) -> Container:
     container_class = CONTAINER_CLASS_FROM_PB.get(pb.container_class)
     if container_class is None:
@@ -219,7 +218,7 @@ def _container_from_pb(
 
 
 def _statuses_from_pb(
-    found: BoundedViolations, statuses: Iterable[types_pb2.ContainerStatus], path: str
+    found: Violations, statuses: Iterable[types_pb2.ContainerStatus], path: str
 ) -> tuple[ContainerStatus, ...]:
     return tuple(
         ContainerStatus(
@@ -239,7 +238,7 @@ def _statuses_from_pb(
 
 
 def _enum_from_pb(
-    found: BoundedViolations, table: Mapping[int, T], value: int, path: str, fallback: T
+    found: Violations, table: Mapping[int, T], value: int, path: str, fallback: T
 ) -> T:
     # proto3 enums are open: a newer client can send a number this build does not know.
     converted = table.get(value)
@@ -347,7 +346,7 @@ def grants_from_pb(
         InvalidInputError: too many positions or grants, or any bad grant, e.g.
             ``container_grants[1].grants[0].memory_mib: must be between 0 and 2147483647``.
     """
-    found = BoundedViolations()
+    found = Violations()
     if len(container_grants) > validate.MAX_CONTAINERS:
         found.add(path, f"at most {validate.MAX_CONTAINERS} positions, got {len(container_grants)}")
         found.raise_if_any()
@@ -447,7 +446,7 @@ def node_from_source(request: usage_pb2.RegisterNodeRequest) -> kube_node.NodeRe
         node = kube_node.parse_node_json(request.kubernetes_node_json)
         return kube_node.NodeRegistration(request.node_name or node.node_name, node.devices)
     if kind == "inventory":
-        found = BoundedViolations()
+        found = Violations()
         if not request.node_name:
             found.add("node_name", "must not be empty with an inventory")
         try:
@@ -551,7 +550,7 @@ def policy_from_pb(pb: types_pb2.AccountingPolicy, path: str = "policy") -> Acco
             enforce_gpu_count=pb.enforce_gpu_count,
         )
     except InvalidInputError as error:
-        found = BoundedViolations()
+        found = Violations()
         found.extend(error, f"{path}.")
         found.raise_if_any()
         raise

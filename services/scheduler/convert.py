@@ -18,11 +18,11 @@ from accounting.annotations import (
     VGPU_NODE_ANNOTATION,
     VGPU_TIME_ANNOTATION,
 )
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, Violations
 from accounting.fit import FitResult, NodeState, QuotaContext
 from accounting.model import NVIDIA_RESOURCES, DeviceGrant, DeviceUsage, Pod, VendorResources
 from accounting.reasons import NODE_UNREGISTERED
-from accounting.validate import BoundedViolations, quote
+from accounting.validate import quote
 from hami.accounting.v1 import scheduler_pb2, types_pb2, usage_pb2
 from services.common import convert as common
 
@@ -91,7 +91,7 @@ def filter_input(
             ``node_names: at least one candidate node is required`` together with
             ``pod.uid: must not be empty``.
     """
-    found = BoundedViolations()
+    found = Violations()
     pod: Pod | None = None
     try:
         pod = common.pod_from_source(request, vendors)
@@ -103,7 +103,7 @@ def filter_input(
     return FilterInput(pod, names)
 
 
-def _node_names(found: BoundedViolations, names: Sequence[str]) -> tuple[str, ...]:
+def _node_names(found: Violations, names: Sequence[str]) -> tuple[str, ...]:
     if not names:
         found.add("node_names", "at least one candidate node is required")
         return ()

@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from accounting.errors import InvalidInputError
+from accounting.errors import InvalidInputError, Violations
 from accounting.ledger import LedgerChange, RecordOutcome, ReserveOutcome
 from accounting.lifecycle import StoredPod
 from accounting.model import NVIDIA_RESOURCES, Pod, QuotaItem, VendorResources
 from accounting.policy import AccountingPolicy
-from accounting.validate import BoundedViolations, quote
+from accounting.validate import quote
 from hami.accounting.v1 import types_pb2, usage_pb2
 from services.common import convert as common
 from services.usage.store import EventKind, NodeSnapshot, UsageEvent, WatchContent
@@ -49,7 +49,7 @@ def reserve_pod(
     if not request.container_grants:
         return pod
     per_container = common.grants_from_pb(request.container_grants, "container_grants")
-    found = BoundedViolations()
+    found = Violations()
     if len(per_container) != len(pod.containers):
         found.add(
             "container_grants",
