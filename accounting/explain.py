@@ -322,7 +322,7 @@ def _container(
     for view, view_phases in zip(views, phases, strict=True):
         container = view.containers[position]
         own = grant_amounts(container)
-        kinds = {grant.uuid: grant.device_type for grant in container.grants}
+        kinds = {grant.uuid: grant.vendor for grant in container.grants}
         points: dict[str, DeviceUsage] = {}
         for point_position, point in view_phases.init_points:
             if point_position == position:
@@ -334,7 +334,7 @@ def _container(
             init_point = None
             if uuid in points:
                 total = _amount(points[uuid])
-                kind = kind or points[uuid].device_type
+                kind = kind or points[uuid].vendor
                 init_point = InitPoint(
                     own=amount,
                     sidecars=total - amount,
@@ -358,7 +358,7 @@ def _summaries(phases: UsagePhases) -> list[DeviceSummary]:
         summaries.append(
             DeviceSummary(
                 device=usage.uuid,
-                vendor=usage.device_type,
+                vendor=usage.vendor,
                 steady=_amount(held) if held else ZERO,
                 steady_slots=held.slots if held else 0,
                 effective=_amount(usage),

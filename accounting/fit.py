@@ -158,16 +158,16 @@ class _NodeColumns:
             uuids.append(device.uuid)
             slots_total.append(device.slots_total)
             memory_total.append(device.memory_total_mib)
-            cores_total.append(device.cores_total)
+            cores_total.append(device.core_percent_total)
             slots_used.append(state.slots_used)
             memory_used.append(state.memory_used_mib)
-            cores_used.append(state.cores_used)
+            cores_used.append(state.core_percent_used)
             scores.append(
                 device_score(
                     state.slots_used,
                     device.slots_total,
-                    state.cores_used,
-                    device.cores_total,
+                    state.core_percent_used,
+                    device.core_percent_total,
                     state.memory_used_mib,
                     device.memory_total_mib,
                 )
@@ -401,7 +401,7 @@ def _blocks(
             blocks.append(CARD_NOT_HEALTH)
         elif device.vendor != vendor_name or (
             device_filter is not None
-            and device_filter.type_refused(device.device_type, device.mode)
+            and device_filter.type_refused(device.model, device.mode)
         ):
             blocks.append(CARD_TYPE_MISMATCH)
         elif device_filter is not None and device_filter.uuid_refused(device.uuid):
@@ -677,12 +677,12 @@ def _grants(
 ) -> tuple[tuple[DeviceGrant, ...], ...]:
     """Raw grants per container position; a GPU-less container keeps its empty position."""
     per_position: list[tuple[DeviceGrant, ...]] = [()] * len(plan.pod.containers)
-    device_type = plan.vendor_name
+    vendor = plan.vendor_name
     uuids = columns.uuids
     memory_total = columns.memory_total
     for ask, picks in zip(plan.asks, placement, strict=True):
         per_position[ask.position] = tuple(
-            DeviceGrant(uuids[p], device_type, _memory_need(ask, memory_total[p]), ask.core_percent)
+            DeviceGrant(uuids[p], vendor, _memory_need(ask, memory_total[p]), ask.core_percent)
             for p in picks
         )
     return tuple(per_position)

@@ -67,7 +67,7 @@ def encode_pod_devices(per_container: Sequence[Sequence[DeviceGrant]]) -> str:
         for index, grant in enumerate(grants):
             path = f"grants[{position}][{index}]"
             check_wire_text(found, path, "uuid", grant.uuid, required=True)
-            check_wire_text(found, path, "device_type", grant.device_type, required=False)
+            check_wire_text(found, path, "device_type", grant.vendor, required=False)
             for name, value in (
                 ("memory_mib", grant.memory_mib),
                 ("core_percent", grant.core_percent),
@@ -82,7 +82,7 @@ def encode_pod_devices(per_container: Sequence[Sequence[DeviceGrant]]) -> str:
 
 
 def _encode_grant(grant: DeviceGrant) -> str:
-    fields = f"{grant.uuid},{grant.device_type},{grant.memory_mib},{grant.core_percent}"
+    fields = f"{grant.uuid},{grant.vendor},{grant.memory_mib},{grant.core_percent}"
     # Only collapsed entries carry slots; a raw grant keeps HAMi's four fields (#2877).
     if grant.slots > 1:
         fields += f",{grant.slots}"
@@ -152,7 +152,7 @@ def _decode_grant(item: str, path: str, found: Violations) -> DeviceGrant | None
     if len(fields) not in (4, 5):
         found.add(path, f"expected {_GRANT_SHAPE}, got {quote(item)}")
         return None
-    uuid, device_type = fields[0], fields[1]
+    uuid, vendor = fields[0], fields[1]
     problems_before = len(found)
     if not uuid:
         found.add(f"{path}.uuid", "must not be empty")
@@ -165,7 +165,7 @@ def _decode_grant(item: str, path: str, found: Violations) -> DeviceGrant | None
     )
     if len(found) != problems_before:
         return None
-    return DeviceGrant(uuid, device_type, memory_mib, core_percent, slots)
+    return DeviceGrant(uuid, vendor, memory_mib, core_percent, slots)
 
 
 def _wire_int(text: str, path: str, found: Violations, high: int = INT32_MAX) -> int:
@@ -248,11 +248,11 @@ def _decode_device(element: object, path: str, found: Violations) -> Device | No
         check_wire_text(found, path, "id", uuid, required=True)
     device = Device(
         uuid=uuid,
-        device_type=_json_str(element, "type", path, found),
+        model=_json_str(element, "type", path, found),
         index=_json_int(element, "index", path, found),
         slots_total=_json_int(element, "count", path, found),
         memory_total_mib=_json_int(element, "devmem", path, found),
-        cores_total=_json_int(element, "devcore", path, found),
+        core_percent_total=_json_int(element, "devcore", path, found),
         numa=_json_int(element, "numa", path, found, low=INT32_MIN),
         mode=_json_str(element, "mode", path, found) or DEFAULT_DEVICE_MODE,
         healthy=_json_bool(element, "health", path, found),
@@ -308,8 +308,8 @@ def encode_node_register(devices: Sequence[Device]) -> str:
             ("index", device.index),
             ("count", device.slots_total),
             ("devmem", device.memory_total_mib),
-            ("devcore", device.cores_total),
-            ("type", device.device_type),
+            ("devcore", device.core_percent_total),
+            ("type", device.model),
             ("numa", device.numa),
             ("mode", device.mode),
             ("health", device.healthy),

@@ -705,7 +705,7 @@ def _interned(stored: StoredPod) -> StoredPod:
 def _interned_usage(usage: tuple[DeviceUsage, ...]) -> tuple[DeviceUsage, ...]:
     return tuple(
         DeviceUsage(
-            sys.intern(u.uuid), sys.intern(u.device_type), u.memory_mib, u.core_percent, u.slots
+            sys.intern(u.uuid), sys.intern(u.vendor), u.memory_mib, u.core_percent, u.slots
         )
         for u in usage
     )

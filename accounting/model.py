@@ -109,8 +109,9 @@ class DeviceGrant:
     """One physical device given to one container (one entry of vgpu-devices-allocated)."""
 
     uuid: str
-    device_type: str
-    """Vendor keyword written in the annotation, e.g. NVIDIA."""
+    vendor: str
+    """Vendor keyword written in the annotation's TYPE field, e.g. NVIDIA (the wire's
+    ``device_type``)."""
     memory_mib: int
     core_percent: int
     slots: int = 0
@@ -132,7 +133,8 @@ class DeviceUsage:
     """Usage charged on one physical device (per pod, node or namespace)."""
 
     uuid: str
-    device_type: str
+    vendor: str
+    """Vendor keyword, e.g. NVIDIA (the wire's ``device_type``)."""
     memory_mib: int
     core_percent: int
     slots: int
@@ -209,13 +211,15 @@ class Device:
     """One device installed on a node (an element of hami.io/node-nvidia-register)."""
 
     uuid: str
-    device_type: str
-    """Device model, e.g. NVIDIA A10."""
+    model: str
+    """Device model, e.g. NVIDIA A10 (the wire's ``device_type``; nvidia.com/use-gputype
+    matches it)."""
     index: int
     slots_total: int
     """Sharing slots (deviceSplitCount)."""
     memory_total_mib: int
-    cores_total: int
+    core_percent_total: int
+    """Compute, percent (100 unless deviceCoreScaling is set; the wire's ``cores_total``)."""
     numa: int = 0
     mode: str = DEFAULT_DEVICE_MODE
     healthy: bool = True
@@ -224,7 +228,7 @@ class Device:
     @property
     def capacity(self) -> Amount:
         """Everything the device offers: its memory, compute and sharing slots."""
-        return Amount(self.memory_total_mib, self.cores_total, self.slots_total)
+        return Amount(self.memory_total_mib, self.core_percent_total, self.slots_total)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,13 +237,13 @@ class DeviceState:
 
     device: Device
     memory_used_mib: int = 0
-    cores_used: int = 0
+    core_percent_used: int = 0
     slots_used: int = 0
 
     @property
     def used(self) -> Amount:
         """What is charged on the device now."""
-        return Amount(self.memory_used_mib, self.cores_used, self.slots_used)
+        return Amount(self.memory_used_mib, self.core_percent_used, self.slots_used)
 
     @property
     def memory_free_mib(self) -> int:

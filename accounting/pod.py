@@ -146,16 +146,16 @@ def grant_phases(containers: Sequence[Container]) -> Phases[str]:
     return phases(containers, grant_amounts)
 
 
-def _device_types(containers: Iterable[Container]) -> dict[str, str]:
-    return {grant.uuid: grant.device_type for c in containers for grant in c.grants}
+def _vendors(containers: Iterable[Container]) -> dict[str, str]:
+    return {grant.uuid: grant.vendor for c in containers for grant in c.grants}
 
 
 def _to_usage(
-    amounts: Mapping[str, Amount], device_types: Mapping[str, str]
+    amounts: Mapping[str, Amount], vendors: Mapping[str, str]
 ) -> tuple[DeviceUsage, ...]:
     # Every collapsed entry holds at least one slot (HAMi #2623).
     return tuple(
-        DeviceUsage(uuid, device_types[uuid], a.memory_mib, a.core_percent, max(a.slots, 1))
+        DeviceUsage(uuid, vendors[uuid], a.memory_mib, a.core_percent, max(a.slots, 1))
         for uuid, a in sorted(amounts.items())
     )
 
@@ -176,18 +176,18 @@ class UsagePhases:
 def usage_phases(containers: Sequence[Container]) -> UsagePhases:
     """``grant_phases`` as stored usage, sorted by UUID."""
     walked = grant_phases(containers)
-    types = _device_types(containers)
+    vendors = _vendors(containers)
     return UsagePhases(
-        steady=_to_usage(walked.steady, types),
-        init_points=tuple((p.position, _to_usage(p.running, types)) for p in walked.init_points),
-        effective=_to_usage(walked.effective, types),
+        steady=_to_usage(walked.steady, vendors),
+        init_points=tuple((p.position, _to_usage(p.running, vendors)) for p in walked.init_points),
+        effective=_to_usage(walked.effective, vendors),
     )
 
 
 def collapse_grants(containers: Sequence[Container]) -> tuple[DeviceUsage, ...]:
     """Effective usage per device UUID of containers with grants (HAMi's
     CollapseInitContainerUsage after #2723), sorted by UUID."""
-    return _to_usage(grant_phases(containers).effective, _device_types(containers))
+    return _to_usage(grant_phases(containers).effective, _vendors(containers))
 
 
 def effective_usage(pod: Pod) -> tuple[DeviceUsage, ...]:
@@ -198,7 +198,7 @@ def effective_usage(pod: Pod) -> tuple[DeviceUsage, ...]:
 def steady_state_usage(pod: Pod) -> tuple[DeviceUsage, ...]:
     """Sidecars plus app containers per device UUID: what the pod holds once its regular init
     containers have finished (HAMi's SteadyStateDeviceUsage)."""
-    return _to_usage(grant_phases(pod.containers).steady, _device_types(pod.containers))
+    return _to_usage(grant_phases(pod.containers).steady, _vendors(pod.containers))
 
 
 def remaining_usage(pod: Pod, first_unfinished_init_position: int) -> tuple[DeviceUsage, ...]:
@@ -206,7 +206,7 @@ def remaining_usage(pod: Pod, first_unfinished_init_position: int) -> tuple[Devi
     the init points from that position on and the steady state (progressive release)."""
     walked = grant_phases(pod.containers)
     return _to_usage(
-        walked.remaining(first_unfinished_init_position), _device_types(pod.containers)
+        walked.remaining(first_unfinished_init_position), _vendors(pod.containers)
     )
 
 

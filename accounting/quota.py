@@ -214,7 +214,7 @@ def _check(
 def vendor_totals(usage: Iterable[DeviceUsage], vendor: VendorResources) -> tuple[int, int, int]:
     """(memory MiB, core percent, devices) of the vendor's devices in ``usage``: what a pod
     holding it is charged in its namespace."""
-    return usage_totals(u for u in usage if u.device_type == vendor.vendor)
+    return usage_totals(u for u in usage if u.vendor == vendor.vendor)
 
 
 def held_quantities(

@@ -211,7 +211,8 @@ def check_devices(found: Violations, devices: Sequence[Device], path: str) -> No
         check_range(found, device_path, "index", device.index)
         check_range(found, device_path, "slots_total", device.slots_total)
         check_range(found, device_path, "memory_total_mib", device.memory_total_mib)
-        check_range(found, device_path, "cores_total", device.cores_total)
+        # Paths name the inventory's fields as the request wrote them (the wire's names).
+        check_range(found, device_path, "cores_total", device.core_percent_total)
         check_range(found, device_path, "numa", device.numa, low=INT32_MIN)
         if not device.vendor:
             found.add(f"{device_path}.vendor", "must not be empty")
@@ -220,7 +221,7 @@ def check_devices(found: Violations, devices: Sequence[Device], path: str) -> No
 def check_grant(found: Violations, grant: DeviceGrant, path: str) -> None:
     """Adds every problem of one grant to ``found``."""
     check_wire_text(found, path, "uuid", grant.uuid, required=True)
-    check_wire_text(found, path, "device_type", grant.device_type, required=False)
+    check_wire_text(found, path, "device_type", grant.vendor, required=False)
     check_range(found, path, "memory_mib", grant.memory_mib)
     check_range(found, path, "core_percent", grant.core_percent, high=100)
     check_range(found, path, "slots", grant.slots, high=MAX_GRANT_SLOTS)

@@ -179,17 +179,17 @@ def naive_fit_node(
         _Card(
             position,
             state.device.uuid,
-            state.device.device_type,
+            state.device.model,
             state.device.vendor,
             state.device.mode,
             state.device.index,
             state.device.healthy,
             state.device.slots_total,
             state.device.memory_total_mib,
-            state.device.cores_total,
+            state.device.core_percent_total,
             state.slots_used,
             state.memory_used_mib,
-            state.cores_used,
+            state.core_percent_used,
         )
         for position, state in enumerate(node.devices)
     ]
@@ -284,7 +284,7 @@ def _benchmark_nodes(count: int) -> list[fit.NodeState]:
                 DeviceState(
                     Device(f"GPU-{n}-{i}", "NVIDIA A100-SXM4-40GB", i, 10, 40960, 100),
                     memory_used_mib=(n * 3 + i * 5) % 8 * 3000,
-                    cores_used=(n + i * 7) % 6 * 10,
+                    core_percent_used=(n + i * 7) % 6 * 10,
                     slots_used=(n + i) % 4,
                 )
                 for i in range(8)

@@ -38,10 +38,10 @@ def gpu(
     mib: int = 0,
     cores: int = 0,
     slots: int = 0,
-    device_type: str = NVIDIA,
+    vendor: str = NVIDIA,
 ) -> DeviceGrant:
     """One device granted to a container (an entry of vgpu-devices-allocated)."""
-    return DeviceGrant(uuid, device_type, mib, cores, slots)
+    return DeviceGrant(uuid, vendor, mib, cores, slots)
 
 
 def req(
@@ -58,10 +58,10 @@ def req(
 
 
 def usage(
-    uuid: str, mib: int, cores: int = 0, *, slots: int = 1, device_type: str = NVIDIA
+    uuid: str, mib: int, cores: int = 0, *, slots: int = 1, vendor: str = NVIDIA
 ) -> DeviceUsage:
     """An expected per-device usage entry."""
-    return DeviceUsage(uuid, device_type, mib, cores, slots)
+    return DeviceUsage(uuid, vendor, mib, cores, slots)
 
 
 def device(

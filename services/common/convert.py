@@ -289,37 +289,48 @@ def status_to_pb(status: ContainerStatus) -> types_pb2.ContainerStatus:
     )
 
 
-_REQUEST_FIELDS = ("vendor", "count", "memory_mib", "memory_percent", "core_percent")
-_GRANT_FIELDS = ("uuid", "device_type", "memory_mib", "core_percent", "slots")
+_Fields = tuple[tuple[str, str], ...]
+"""(domain field, message field) pairs of one conversion."""
+
+
+def _same(*names: str) -> _Fields:
+    return tuple((name, name) for name in names)
+
+
+_REQUEST_FIELDS = _same("vendor", "count", "memory_mib", "memory_percent", "core_percent")
+# The wire keeps HAMi's word for the annotation's TYPE field and proto's first names; the
+# domain names say what they hold: the vendor on grants and usage, the model on a device, and
+# the unit of every number.
+_GRANT_FIELDS = (("vendor", "device_type"), *_same("uuid", "memory_mib", "core_percent", "slots"))
 _USAGE_FIELDS = _GRANT_FIELDS
 _DEVICE_FIELDS = (
-    "uuid",
-    "device_type",
-    "index",
-    "slots_total",
-    "memory_total_mib",
-    "cores_total",
-    "numa",
-    "mode",
-    "healthy",
-    "vendor",
+    ("model", "device_type"),
+    ("core_percent_total", "cores_total"),
+    *_same("uuid", "index", "slots_total", "memory_total_mib", "numa", "mode", "healthy", "vendor"),
 )
-_DEVICE_STATE_FIELDS = ("memory_used_mib", "cores_used", "slots_used")
-_QUOTA_ITEM_FIELDS = ("resource", "used", "limit", "limit_set")
+_DEVICE_STATE_FIELDS = (
+    ("core_percent_used", "cores_used"),
+    *_same("memory_used_mib", "slots_used"),
+)
+_QUOTA_ITEM_FIELDS = _same("resource", "used", "limit", "limit_set")
 
 
-def _fields(source: object, names: tuple[str, ...]) -> dict[str, Any]:
-    """The named attributes of ``source``. The domain values and the messages name their fields
-    alike, so each conversion is its list of fields."""
-    return {name: getattr(source, name) for name in names}
+def _to_wire(source: object, fields: _Fields) -> dict[str, Any]:
+    """The message fields of a domain value: each conversion is its list of fields."""
+    return {wire: getattr(source, domain) for domain, wire in fields}
+
+
+def _from_wire(pb: object, fields: _Fields) -> dict[str, Any]:
+    """The domain fields of a message."""
+    return {domain: getattr(pb, wire) for domain, wire in fields}
 
 
 def request_from_pb(pb: types_pb2.DeviceRequest) -> DeviceRequest:
-    return DeviceRequest(**_fields(pb, _REQUEST_FIELDS))
+    return DeviceRequest(**_from_wire(pb, _REQUEST_FIELDS))
 
 
 def request_to_pb(request: DeviceRequest) -> types_pb2.DeviceRequest:
-    fields = _fields(request, _REQUEST_FIELDS)
+    fields = _to_wire(request, _REQUEST_FIELDS)
     if request.memory_from_default:
         # On the wire, no memory and no percentage is the policy's default: the reader sizes it.
         fields["memory_mib"] = 0
@@ -330,11 +341,11 @@ def request_to_pb(request: DeviceRequest) -> types_pb2.DeviceRequest:
 
 
 def grant_from_pb(pb: types_pb2.DeviceGrant) -> DeviceGrant:
-    return DeviceGrant(**_fields(pb, _GRANT_FIELDS))
+    return DeviceGrant(**_from_wire(pb, _GRANT_FIELDS))
 
 
 def grant_to_pb(grant: DeviceGrant) -> types_pb2.DeviceGrant:
-    return types_pb2.DeviceGrant(**_fields(grant, _GRANT_FIELDS))
+    return types_pb2.DeviceGrant(**_to_wire(grant, _GRANT_FIELDS))
 
 
 def grants_from_pb(
@@ -388,11 +399,11 @@ def container_grants_to_pb(
 
 
 def usage_from_pb(pb: types_pb2.DeviceUsage) -> DeviceUsage:
-    return DeviceUsage(**_fields(pb, _USAGE_FIELDS))
+    return DeviceUsage(**_from_wire(pb, _USAGE_FIELDS))
 
 
 def usage_to_pb(usage: DeviceUsage) -> types_pb2.DeviceUsage:
-    return types_pb2.DeviceUsage(**_fields(usage, _USAGE_FIELDS))
+    return types_pb2.DeviceUsage(**_to_wire(usage, _USAGE_FIELDS))
 
 
 def usages_to_pb(usages: Iterable[DeviceUsage]) -> list[types_pb2.DeviceUsage]:
@@ -405,14 +416,14 @@ def usages_to_pb(usages: Iterable[DeviceUsage]) -> list[types_pb2.DeviceUsage]:
 def device_from_pb(pb: types_pb2.Device | types_pb2.DeviceState) -> Device:
     """A typed device (or the device of a DeviceState); an empty mode or vendor means HAMi's
     defaults (hami-core, NVIDIA)."""
-    fields = _fields(pb, _DEVICE_FIELDS)
+    fields = _from_wire(pb, _DEVICE_FIELDS)
     fields["mode"] = pb.mode or DEFAULT_DEVICE_MODE
     fields["vendor"] = pb.vendor or NVIDIA
     return Device(**fields)
 
 
 def device_to_pb(device: Device) -> types_pb2.Device:
-    return types_pb2.Device(**_fields(device, _DEVICE_FIELDS))
+    return types_pb2.Device(**_to_wire(device, _DEVICE_FIELDS))
 
 
 def devices_from_inventory_pb(
@@ -474,17 +485,17 @@ def saturated(value: int, high: int = validate.INT64_MAX) -> int:
 
 def device_state_to_pb(state: DeviceState) -> types_pb2.DeviceState:
     return types_pb2.DeviceState(
-        **_fields(state.device, _DEVICE_FIELDS),
+        **_to_wire(state.device, _DEVICE_FIELDS),
         # Totals over pods are saturated at the wire field's maximum (never wrapped).
         memory_used_mib=saturated(state.memory_used_mib),
-        cores_used=saturated(state.cores_used, validate.INT32_MAX),
+        cores_used=saturated(state.core_percent_used, validate.INT32_MAX),
         slots_used=saturated(state.slots_used, validate.INT32_MAX),
     )
 
 
 def device_state_from_pb(pb: types_pb2.DeviceState) -> DeviceState:
     """The inverse of ``device_state_to_pb``, for clients of GetNodeUsage/WatchUsage."""
-    return DeviceState(device_from_pb(pb), **_fields(pb, _DEVICE_STATE_FIELDS))
+    return DeviceState(device_from_pb(pb), **_from_wire(pb, _DEVICE_STATE_FIELDS))
 
 
 def node_usage_to_pb(
@@ -498,18 +509,18 @@ def node_usage_to_pb(
 
 
 def quota_item_to_pb(item: QuotaItem) -> types_pb2.QuotaItem:
-    fields = _fields(item, _QUOTA_ITEM_FIELDS)
+    fields = _to_wire(item, _QUOTA_ITEM_FIELDS)
     fields["used"] = saturated(item.used)
     return types_pb2.QuotaItem(**fields)
 
 
 def quota_item_from_pb(pb: types_pb2.QuotaItem) -> QuotaItem:
-    return QuotaItem(**_fields(pb, _QUOTA_ITEM_FIELDS))
+    return QuotaItem(**_from_wire(pb, _QUOTA_ITEM_FIELDS))
 
 
 # -- the accounting policy ---------------------------------------------------------------------
 
-_VENDOR_POLICY_FIELDS = (
+_VENDOR_POLICY_FIELDS = _same(
     "vendor",
     "count_resource",
     "memory_resource",
@@ -520,14 +531,13 @@ _VENDOR_POLICY_FIELDS = (
     "default_core_percent",
     "default_gpu_count",
 )
-"""VendorResources and VendorPolicy name every field alike."""
 
 
 def policy_to_pb(policy: AccountingPolicy) -> types_pb2.AccountingPolicy:
     return types_pb2.AccountingPolicy(
         policy_id=policy.policy_id,
         vendors=[
-            types_pb2.VendorPolicy(**_fields(v, _VENDOR_POLICY_FIELDS))
+            types_pb2.VendorPolicy(**_to_wire(v, _VENDOR_POLICY_FIELDS))
             for v in policy.vendors
         ],
         enforce_gpu_count=policy.enforce_gpu_count,
@@ -544,7 +554,7 @@ def policy_from_pb(pb: types_pb2.AccountingPolicy, path: str = "policy") -> Acco
     try:
         policy = AccountingPolicy(
             tuple(
-                VendorResources(**_fields(v, _VENDOR_POLICY_FIELDS))
+                VendorResources(**_from_wire(v, _VENDOR_POLICY_FIELDS))
                 for v in pb.vendors
             ),
             enforce_gpu_count=pb.enforce_gpu_count,

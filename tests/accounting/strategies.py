@@ -35,7 +35,7 @@ MAX_MEMORY_MIB = 81920
 GRANTS: st.SearchStrategy[DeviceGrant] = st.builds(
     DeviceGrant,
     uuid=st.sampled_from(UUIDS),
-    device_type=st.just(NVIDIA),
+    vendor=st.just(NVIDIA),
     memory_mib=st.integers(0, MAX_MEMORY_MIB),
     core_percent=st.integers(0, 100),
     slots=st.integers(0, 2),

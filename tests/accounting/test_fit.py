@@ -538,7 +538,7 @@ def assert_case(case: Case) -> None:
     if case.want_usage is not None:
         assert fitted.usage == case.want_usage
     for grants in fitted.grants:
-        assert all(g.device_type == "NVIDIA" and g.slots == 0 for g in grants)
+        assert all(g.vendor == "NVIDIA" and g.slots == 0 for g in grants)
 
 
 @pytest.mark.parametrize("case", SCHEDULING_VECTORS, ids=lambda c: c.name)

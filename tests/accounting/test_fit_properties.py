@@ -62,7 +62,7 @@ def devices(draw: st.DrawFn, uuid: str, index: int) -> DeviceState:
     return DeviceState(
         device,
         memory_used_mib=draw(st.sampled_from([0, 0, memory_total_mib // 2, memory_total_mib])),
-        cores_used=draw(st.sampled_from([0, 0, 20, cores_total])),
+        core_percent_used=draw(st.sampled_from([0, 0, 20, cores_total])),
         slots_used=draw(st.integers(0, slots_total)),
     )
 
@@ -148,7 +148,7 @@ def test_a_fitting_pod_never_takes_a_device_past_its_capacity(
     for added in fitted.usage:
         state = states[added.uuid]
         assert state.memory_used_mib + added.memory_mib <= state.device.memory_total_mib
-        assert state.cores_used + added.core_percent <= state.device.cores_total
+        assert state.core_percent_used + added.core_percent <= state.device.core_percent_total
         assert state.slots_used + added.slots <= state.device.slots_total
     for grants in fitted.grants:
         uuids = [grant.uuid for grant in grants]

@@ -291,7 +291,7 @@ _WIRE_TEXT = st.text(
 _GRANTS = st.builds(
     DeviceGrant,
     uuid=_WIRE_TEXT,
-    device_type=st.one_of(st.just("NVIDIA"), _WIRE_TEXT),
+    vendor=st.one_of(st.just("NVIDIA"), _WIRE_TEXT),
     memory_mib=st.integers(0, 2**31 - 1),
     core_percent=st.integers(0, 100),
     slots=st.integers(0, MAX_GRANT_SLOTS),
@@ -465,11 +465,11 @@ _DEVICES = st.lists(
     st.builds(
         Device,
         uuid=_WIRE_TEXT,
-        device_type=st.text(max_size=12),
+        model=st.text(max_size=12),
         index=st.integers(0, 2**31 - 1),
         slots_total=st.integers(0, 2**31 - 1),
         memory_total_mib=st.integers(0, 2**31 - 1),
-        cores_total=st.integers(0, 2**31 - 1),
+        core_percent_total=st.integers(0, 2**31 - 1),
         numa=st.integers(-(2**31), 2**31 - 1),
         mode=st.sampled_from(["hami-core", "mig", "mps"]),
         healthy=st.booleans(),

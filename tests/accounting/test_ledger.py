@@ -64,11 +64,8 @@ def test_record_charges_node_and_namespace_with_the_effective_usage() -> None:
     ledger.record(pod)
 
     states = {s.device.uuid: s for s in ledger.node_states("node1") or ()}
-    assert (states["g0"].memory_used_mib, states["g0"].cores_used, states["g0"].slots_used) == (
-        20480,
-        10,
-        1,
-    )
+    g0 = states["g0"]
+    assert (g0.memory_used_mib, g0.core_percent_used, g0.slots_used) == (20480, 10, 1)
     assert states["g0"].memory_free_mib == 4096
     assert (states["g1"].memory_used_mib, states["g1"].slots_used) == (1000, 1)
     items = ledger.namespace_items(NS)

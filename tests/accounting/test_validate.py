@@ -222,7 +222,7 @@ def test_a_huge_inventory_is_refused_by_its_length() -> None:
 _VALID_GRANTS = st.builds(
     DeviceGrant,
     uuid=st.from_regex(r"GPU-[0-9a-f]{1,8}", fullmatch=True),
-    device_type=st.just("NVIDIA"),
+    vendor=st.just("NVIDIA"),
     memory_mib=st.integers(0, INT32_MAX),
     core_percent=st.integers(0, 100),
     slots=st.integers(0, MAX_GRANT_SLOTS),

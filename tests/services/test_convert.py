@@ -88,7 +88,7 @@ _REQUESTS = st.builds(
 _GRANTS = st.builds(
     DeviceGrant,
     uuid=st.from_regex(r"GPU-[0-9a-f]{1,6}", fullmatch=True),
-    device_type=st.sampled_from(["NVIDIA", ""]),
+    vendor=st.sampled_from(["NVIDIA", ""]),
     memory_mib=st.integers(0, INT32_MAX),
     core_percent=st.integers(0, 100),
     slots=st.integers(0, MAX_GRANT_SLOTS),
@@ -296,7 +296,7 @@ def test_grant_round_trips() -> None:
 def test_device_and_state_round_trip() -> None:
     device = Device("GPU-0", "NVIDIA A10", 3, 10, 24576, 100, numa=1, mode="mig", healthy=False)
     assert convert.device_from_pb(convert.device_to_pb(device)) == device
-    state = DeviceState(device, memory_used_mib=1000, cores_used=10, slots_used=2)
+    state = DeviceState(device, memory_used_mib=1000, core_percent_used=10, slots_used=2)
     assert convert.device_state_from_pb(convert.device_state_to_pb(state)) == state
 
 
