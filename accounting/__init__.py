@@ -1,6 +1,6 @@
 """hami-accounting's pure rules: GPU accounting for pods with init containers and sidecars.
 
-Layer: accounting (pure, standard library only). Every formula of design/ARCHITECTURE.md §2
+Layer: accounting (pure, standard library only). Every rule of docs/design.md §2
 lives here exactly once; the three daemons call it through thin adapters.
 
 Modules: model (domain values), errors, pod (the ordering-aware formula), lifecycle (what is

@@ -2,7 +2,7 @@
 
 Layer: accounting (pure). Pure accounting rules; no I/O, no clock, no logging.
 
-The passes follow ARCHITECTURE §2 "scheduler fit" (HAMi's scoreNode after PR #2723, with the
+The passes follow docs/design.md §2.5 (HAMi's scoreNode after PR #2723, with the
 #3052 quota misclassification fixed):
 
 * **steady pass** — sidecars and app containers are fitted cumulatively on one copy of the
@@ -23,7 +23,7 @@ the merged usage are derived from them for the nodes that need them. After a ste
 only the cards it charged move in the device order (``_reposition``). bench/naive_fit.py keeps
 the literal deep-copy version; a property test pins both to the same answers.
 
-Device choice follows HAMi's NVIDIA Fit (reference/hami-behaviour.md §3.2, §3.5, §5.4, §5.5).
+Device choice follows HAMi's NVIDIA Fit (docs/design.md §2.5).
 A device is refused with the first reason that applies, in this order: CardNotHealth,
 CardTypeMismatch (vendor, nvidia.com/use-gputype and nouse-gputype, nvidia.com/vgpu-mode),
 CardUuidMismatch (nvidia.com/use-gpuuuid and nouse-gpuuuid), CardTimeSlicingExhausted,
@@ -98,7 +98,7 @@ def device_score(
 
     It is the only float in the fit and orders things; it never decides capacity. Both the
     per-device ordering and the node score use it, on usage before the request is added
-    (HAMi's request term never matches on real nodes, §9.2.10).
+    (HAMi's request term never matches on real nodes: docs/design.md §7).
     """
     if slots_total == 0 or cores_total == 0 or memory_total_mib == 0:
         return 0.0

@@ -4,8 +4,8 @@ Layer: accounting (pure); the input is plain JSON data, never a Kubernetes clien
 
 * Classes: ``spec.initContainers`` with ``restartPolicy: Always`` are sidecars, the other init
   containers are init, ``spec.containers`` are apps; declaration order, init list first.
-* Requests follow HAMi's ``GenerateResourceRequests`` after its webhook defaults (hami-behaviour
-  §3.2, §3.4), so a pod sent here before or after the webhook reads the same.
+* Requests follow HAMi's ``GenerateResourceRequests`` after its webhook defaults (docs/design.md
+  §2.3), so a pod sent here before or after the webhook reads the same.
 * Grants come from ``hami.io/vgpu-devices-allocated``, aligned to the containers by position.
 
 Every problem is collected and raised as one ``InvalidInputError`` with JSON paths such as
@@ -346,7 +346,7 @@ class _Reader:
 @dataclass(frozen=True, slots=True)
 class _ContainerReading:
     """Reads one container's request for one vendor: HAMi's GenerateResourceRequests after its
-    webhook defaults (hami-behaviour §3.2, §3.4), with every quantity read exactly.
+    webhook defaults (docs/design.md §2.3), with every quantity read exactly.
 
     A container that asks for a device is charged what it asks for or refused, naming the
     container, the resource and the reading: a quantity is never read as 0 or as "no GPU"

@@ -1,11 +1,11 @@
 """The lifecycle decision: given what is stored for a pod and its current state, what is stored
 next.
 
-Layer: accounting (pure). The rules of the two design documents, in one place:
+Layer: accounting (pure). The rules of docs/design.md §3, in one place:
 
 * first sight: the collapsed effective usage, unless the regular init containers have already
-  finished (then the steady state straight away: HAMi re-charges the peak after a restart, its
-  gap §9.2.4, which we do not copy);
+  finished (then the steady state straight away: HAMi re-charges the peak after a restart, a
+  gap we do not copy: docs/design.md §7);
 * shrink: once every regular (non-sidecar) init container is Terminated with exit code 0, matched
   to the spec by name, the stored usage becomes the steady state (sidecars stay counted, also
   through a crash-loop's exit-0 gap, because the gate never looks at sidecars);
@@ -136,7 +136,7 @@ def regular_init_progress(pod: Pod) -> int:
     """How many regular init containers are known finished, in declaration order.
 
     They run one after another, so once regular init container k has exited 0 every one before
-    it is done too (progressive release, the init design's TODO).
+    it is done too (progressive release, docs/design.md §3).
     """
     statuses = _statuses_by_name(pod.init_container_statuses)
     regular = [c for c in pod.containers if c.container_class is ContainerClass.INIT]

@@ -1,7 +1,7 @@
 """The Go caller: HAMi's side of the wire, timed from a Go process.
 
 Layer: benchmark. HAMi's webhook and extender are Go; on this VM a Go client costs about half
-of a Python one (reference/toolchain.md §6), so the ratios a Go caller sees are the ones that
+of a Python one (docs/go-clients.md), so the ratios a Go caller sees are the ones that
 matter in production. A ~60-line loop client is built here with the interop client's toolchain
 (scripts/build_go_client.py: Debian's Go in GOPATH mode, no module proxy). It sends prepared
 request bytes through a pass-through codec, so it needs no generated Go code and calls any

@@ -1,7 +1,7 @@
 """A deliberately naive scheduler fit, the literal reading of the design, for the benchmark.
 
 Layer: benchmark reference (pure; never imported by the services). It does what
-ARCHITECTURE §2 and HAMi's scoreNode describe word for word: one deep copy of the node's device
+docs/design.md §2.5 and HAMi's scoreNode describe word for word: one deep copy of the node's device
 state for the steady pass (sidecars and apps, cumulative), and for every regular init container
 a fresh deep copy of that steady copy as it stands at the init container's point, then a
 per-device max over all copies. It recomputes and re-sorts every device score for every

@@ -1,8 +1,8 @@
 """An OTLP/gRPC trace receiver inside the benchmark, so traced daemons really export.
 
 Layer: benchmark. The daemons' BatchSpanProcessor sends ExportTraceServiceRequest batches here
-(reference/toolchain.md §3); the sink only counts spans per service, so what a traced run pays
-is the daemons' own tracing and exporting, not a backend's.
+(the OTLP exporter of docs/observability.md); the sink only counts spans per service, so what a
+traced run pays is the daemons' own tracing and exporting, not a backend's.
 """
 
 from __future__ import annotations

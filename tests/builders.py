@@ -73,7 +73,8 @@ def device(
     index: int = 0,
     model: str = "NVIDIA A10",
 ) -> Device:
-    """A device of a node inventory (defaults: the design documents' single 24Gi card)."""
+    """A device of a node inventory (defaults: the single 24Gi card of the design cases,
+    docs/design.md §9)."""
     return Device(uuid, model, index, slots, mib, cores)
 
 

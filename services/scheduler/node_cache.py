@@ -37,7 +37,7 @@ ends and rebuilt from the next one's initial state, never served from a dead str
 
 Staleness never double-allocates: a placement counts only once the recorder's ``Reserve``
 stored it, and Reserve re-checks capacity and quota atomically against the recorder's own state
-(ARCHITECTURE §5). A stale copy can cost a refused reservation and a retry (the refused node is
+(docs/design.md §2.6). A stale copy can cost a refused reservation and a retry (the refused node is
 then read directly), a placement a binpack/spread ordering would not quite have chosen (Reserve
 only asks that it fits), or a NoNodeFits for capacity freed within the last propagation delay —
 the same as a direct read taken that much earlier.

@@ -9,7 +9,7 @@ default), else straight from GetNodeUsage. ``SchedulerServicer`` validates and c
 request, calls the placer and converts the outcome; errors become status codes in
 ``map_errors``.
 
-One Filter, step by step (HAMi's Filter, reference/hami-behaviour.md §5.2):
+One Filter, step by step (HAMi's Filter; docs/design.md §2.5-2.6):
 
 1. A pod that asks for no GPU passes through: reason NoGpuRequest, an empty ``node_name``,
    nothing read or reserved. The extender then keeps every candidate node (HAMi returns

@@ -1,4 +1,4 @@
-"""Collapse and shrink vectors C1–C17 (hami-behaviour.md §10), sidecar-aware (#2723 / seed).
+"""Collapse and shrink vectors C1–C17 (docs/design.md §9), sidecar-aware (#2723 / seed).
 
 ``effective_usage`` is HAMi's CollapseInitContainerUsage after #2723 and ``steady_state_usage``
 its SteadyStateDeviceUsage (the shrink target). Values are MiB / core percent / slots on device

@@ -1,4 +1,4 @@
-"""Every case of the two design documents, through the ledger (record, reserve, shrink) and the
+"""Every design case (docs/design.md §9), through the ledger (record, reserve, shrink) and the
 quota check.
 
 Setting of both documents: one node, node1, with a single 24Gi (24576 MiB) GPU, and a namespace
@@ -43,7 +43,8 @@ def _gpu_pod(name: str, mib: int) -> PodBuilder:
 
 
 def _init_app_pod() -> PodBuilder:
-    """Init design: convert-weights (init, 20Gi) then server (app, 10Gi)."""
+    """The init-container case (docs/design.md §9): convert-weights (init, 20Gi) then server
+    (app, 10Gi)."""
     return (
         PodBuilder("warmup", namespace=NS)
         .init("convert-weights", req(1, mib=20480), gpu("gpu0", mib=20480))
@@ -137,7 +138,8 @@ def test_sidecar_oversubscription_prevented() -> None:
 
 
 def _shrink_restored_pod(sidecar_first: bool) -> PodBuilder:
-    """Sidecar design: init 20Gi + sidecar 2Gi + app 10Gi, in either declaration order."""
+    """The sidecar case (docs/design.md §9): init 20Gi + sidecar 2Gi + app 10Gi, in either
+    declaration order."""
     builder = PodBuilder("shrink", namespace=NS)
     if sidecar_first:
         builder.sidecar("proxy", req(1, mib=2048), gpu("gpu0", mib=2048))

@@ -1,4 +1,4 @@
-"""The scheduler fit: vectors S1–S10 of reference/hami-behaviour.md §10, the design's seed cases,
+"""The scheduler fit: vectors S1–S10 (docs/design.md §9), the design's seed cases,
 the regressions HAMi shipped (padding #2899, quota misclassification #3052), and HAMi's device
 rules one by one."""
 

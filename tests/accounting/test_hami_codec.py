@@ -1,4 +1,4 @@
-"""HAMi wire formats: the W1–W9 vectors of reference/hami-behaviour.md §10, plus bad input."""
+"""HAMi wire formats: the W1–W9 vectors (docs/design.md §9), plus bad input."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Lifecycle vectors L1–L14 (hami-behaviour.md §10) on the Ledger, with the #2723 gate.
+"""Lifecycle vectors L1–L14 (docs/design.md §9) on the Ledger, with the #2723 gate.
 
 Each case is a sequence of steps (record the pod's current state, or forget it as on deletion).
 After every step the test checks the stored usage, the init-released flag, and the namespace's
@@ -272,7 +272,7 @@ def _two_inits() -> PodBuilder:
 
 SECOND_INIT = (usage("g0", 15000, 8, slots=1),)
 
-# Beyond HAMi: the init design's TODO (release each init container as it finishes) and its known
+# Beyond HAMi (docs/design.md §7): release each init container as it finishes and its known
 # gap (a re-created sandbox runs the init containers again under the same UID).
 BEYOND_HAMI = [
     Case(

@@ -1,6 +1,6 @@
 """The ordering-aware formula (KEP-753, HAMi #2723) on requests and on grants.
 
-The golden table is kubernetes-behaviour.md "Test vectors" V01–V26: the "Upstream" column is
+The golden table is V01–V26 (docs/design.md §9): the "Upstream" column is
 what Kubernetes' PodRequests returns, and HAMi (after #2723) applies the same formula per device
 UUID. Each vector runs twice: through ``effective_request`` on a pod whose containers each ask
 for one GPU with that much memory, and through ``collapse_grants`` on the same shape with every
@@ -75,7 +75,7 @@ VECTORS = [
         "V24", "I(16000) S(6000) I(12000) S(4000) A(8000)", 18000, "reordered, steady = 2nd init"
     ),
     Vector("V25", "I(10000) I(10000) I(10000) A(0)", 10000, "HAMi #1942 must not sum to 30000"),
-    Vector("V26", "S(4000) A(4000)", 8000, "Volcano #5829 / HAMi sidecar design"),
+    Vector("V26", "S(4000) A(4000)", 8000, "Volcano #5829 / HAMi PR #2723"),
 ]
 
 

@@ -1,4 +1,4 @@
-"""Admission vectors A1–A15 (hami-behaviour.md §10) and the quota semantics of §4.2–§4.3.
+"""Admission vectors A1–A15 (docs/design.md §9) and HAMi's quota semantics (§2.4 there).
 
 Each vector runs at the formula level: ``effective_request`` on the pod's requests, then
 ``check_quota`` against the namespace's QuotaItem values. The expectations are the "#2723 /
@@ -263,7 +263,7 @@ def test_a15_scheduler_recheck_with_card_sizes(pod: Pod) -> None:
     assert (decision.allowed, decision.reason) == (False, MEMORY_EXCEEDED)
 
 
-# -- quota semantics (§4.3) ------------------------------------------------------------------
+# -- quota semantics (docs/design.md §2.4) ------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Admission.CheckQuota through gRPC against a real usage recorder: the design cases, the sidecar
-ordering, and HAMi's admission vectors A1–A15 (hami-behaviour.md §10), with pods sent both as
+ordering, and HAMi's admission vectors A1–A15 (docs/design.md §9), with pods sent both as
 typed messages and as Kubernetes JSON.
 """
 
@@ -122,7 +122,7 @@ def app(name: str, mib: int, cores: int | None = None, count: int = 1) -> Ctr:
 SOURCES = ["typed", "kubernetes_json"]
 
 
-# -- the design documents' cases ------------------------------------------------------------------
+# -- the design cases (docs/design.md §9) ----------------------------------------------------------
 
 
 @pytest.mark.parametrize("source", SOURCES)

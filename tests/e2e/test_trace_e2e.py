@@ -1,4 +1,4 @@
-"""A trace follows a pod across three processes (ARCHITECTURE.md §6), end to end.
+"""A trace follows a pod across three processes (docs/observability.md), end to end.
 
 The three daemons run as subprocesses exporting OTLP to a receiver in this test process. Seed
 cases 2 -> 3 -> 4 run for two pods, one after the other, each ending with ForgetPod:

@@ -2,8 +2,8 @@
 them — shared by the model-based, crash and load tests.
 
 Nothing here imports ``accounting.pod`` or ``accounting.lifecycle``: the reference is written
-from the design documents (init-container-accounting.md, sidecar-container-accounting.md and
-ARCHITECTURE.md §2), so a mistake in the implementation cannot hide in the expectation.
+from the rules of docs/design.md (§2.2 and §3), so a mistake in the implementation cannot hide
+in the expectation.
 
 * ``PodSpec``: containers in declaration order (regular init and sidecars interleaved, then
   apps), each with its grants on the node's devices.

@@ -1,6 +1,6 @@
-"""Scheduler.Filter through gRPC against a real usage recorder: the design documents' cases,
-HAMi's scheduling vectors S1–S10, the padding and #3052 regressions, re-filters, and the
-answers that are not placements (no GPU, no node, unknown nodes).
+"""Scheduler.Filter through gRPC against a real usage recorder: the design cases and HAMi's
+scheduling vectors S1–S10 (docs/design.md §9), the padding and #3052 regressions, re-filters,
+and the answers that are not placements (no GPU, no node, unknown nodes).
 
 Every test runs a real recorder (server, store, SQLite journal) and a real scheduler server on
 127.0.0.1:0. Cluster state is built the way it arrives in production: nodes through
@@ -49,7 +49,8 @@ ENCODINGS = ("kubernetes_pod_json", "typed")
 
 
 def seed_pod(name: str = "trainer", *, annotations: Mapping[str, str] | None = None) -> Json:
-    """The init design's case 2: init convert-weights 20480 MiB, app server 10240 MiB."""
+    """The second init-container case (docs/design.md §9): init convert-weights 20480 MiB,
+    app server 10240 MiB."""
     return kube_pod(
         name,
         namespace=NS,

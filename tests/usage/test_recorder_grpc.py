@@ -1,5 +1,5 @@
-"""The usage recorder through gRPC: the design documents' cases and HAMi's lifecycle vectors
-L1–L14 as pod lifecycles, bad input, Reserve refusals, and WatchUsage.
+"""The usage recorder through gRPC: the design cases and HAMi's lifecycle vectors L1–L14
+(docs/design.md §9) as pod lifecycles, bad input, Reserve refusals, and WatchUsage.
 
 Every test runs a real recorder (server, store, SQLite journal) on 127.0.0.1:0 and talks to it
 through the generated stub. Pods are written as Kubernetes JSON (tests.support.pods) and sent
@@ -69,7 +69,8 @@ def set_quota(stub: Stub, namespace: str = NS, memory_mib: int = CARD_MIB) -> No
 
 
 def one_gpu_cluster(stub: Stub) -> None:
-    """The design documents' cluster: node1 with one 24Gi GPU, team-a quota gpumem 24Gi."""
+    """The design cases' cluster (docs/design.md §9): node1 with one 24Gi GPU, team-a quota
+    gpumem 24Gi."""
     register_node(stub)
     set_quota(stub)
 
@@ -237,7 +238,7 @@ def run_lifecycle(stub: Stub, lifecycle: Lifecycle, encoding: str) -> list[str]:
     return lines
 
 
-# -- the seed lifecycle (init design, cases 2-4) -----------------------------------------------
+# -- the init-container cases 2-4 (docs/design.md §9) -------------------------------------------
 
 SEED_UID = "uid-trainer"
 SEED_ALLOCATION = allocation([(GPU, 20480, 0)], [(GPU, 10240, 0)])
@@ -395,7 +396,7 @@ def test_forgotten_answers_name_the_pod_and_count_as_decisions(
     assert spans["usage.reserve"].attributes["hami.accounting.reason"] == "PodForgotten"
 
 
-# -- the sidecar design's cases ----------------------------------------------------------------
+# -- the sidecar cases (docs/design.md §9) ------------------------------------------------------
 
 SIDECAR_APP_ALLOCATION = allocation([(GPU, 10240, 0)], [(GPU, 10240, 0)])
 
@@ -507,7 +508,7 @@ def test_sidecar_design_cases(stub: Stub, lifecycle: Lifecycle, encoding: str) -
     run_lifecycle(stub, lifecycle, encoding)
 
 
-# -- HAMi's lifecycle vectors L1-L14 (reference/hami-behaviour.md §10) --------------------------
+# -- HAMi's lifecycle vectors L1-L14 (docs/design.md §9) --------------------------
 
 L_UID = "uid-l"
 L_ALLOCATION = allocation([(GPU, 20000, 10)], [(GPU, 10000, 5)])

@@ -15,7 +15,7 @@ import (
 	accountingv1 "hami-accounting/gen/go/hami/accounting/v1"
 )
 
-// HAMi resource names and annotations (hami-behaviour.md §2, §3).
+// HAMi resource names and annotations (docs/design.md §2.3, §5).
 const (
 	resourceGPUCount = "nvidia.com/gpu"
 	resourceGPUMem   = "nvidia.com/gpumem"

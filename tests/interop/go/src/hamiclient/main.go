@@ -30,7 +30,7 @@ import (
 	accountingv1 "hami-accounting/gen/go/hami/accounting/v1"
 )
 
-// Seed figures (design/init-container-accounting.md): one 24 GiB GPU per node
+// Seed figures (docs/design.md §9, the design cases): one 24 GiB GPU per node
 // and a 24 GiB namespace quota on device memory.
 const (
 	gpuMemoryMiB       = 24576
