@@ -294,14 +294,14 @@ class _NodeSummary:
             slots_used += slots
             slots_total += device.slots_total
             cores_used += cores
-            cores_total += device.cores_total
+            cores_total += device.core_percent_total
             memory_used += memory
             memory_total += device.memory_total_mib
             if not device.healthy or device.vendor != vendor or slots >= device.slots_total:
                 continue
             with_slot += 1
             memory_free = max(memory_free, device.memory_total_mib - memory)
-            cores_free = max(cores_free, device.cores_total - cores)
+            cores_free = max(cores_free, device.core_percent_total - cores)
         self.devices_with_slot = with_slot
         self.max_memory_free_mib = memory_free
         self.max_cores_free = cores_free
@@ -431,7 +431,7 @@ class _Replay:
         if stored is None:
             return 0
         vendor = self.vendor.vendor
-        return sum(u.memory_mib for u in stored.usage if u.device_type == vendor)
+        return sum(u.memory_mib for u in stored.usage if u.vendor == vendor)
 
     def set_running(self, live: _Live, running_mib: int, now_s: int) -> None:
         self.requested += running_mib - live.running
@@ -670,7 +670,7 @@ class _Replay:
         vendor = self.vendor.vendor
         key = (
             tuple(c.container_class for c in declared.containers),
-            tuple(sum(g.memory_mib for g in held if g.device_type == vendor) for held in grants),
+            tuple(sum(g.memory_mib for g in held if g.vendor == vendor) for held in grants),
         )
         phases = self.phases_cache.get(key)
         if phases is None:
@@ -855,7 +855,7 @@ def _phases_mib(
     over the declared classes, keyed by vendor: what runs at once adds up across cards."""
 
     def own(container: Container) -> dict[str, Amount]:
-        held = [g.amount for g in container.grants if g.device_type == vendor_name]
+        held = [g.amount for g in container.grants if g.vendor == vendor_name]
         return {vendor_name: sum(held, ZERO)} if held else {}
 
     walked = phases(
