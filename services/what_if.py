@@ -8,7 +8,7 @@ Layer: services (client tool; talks to no daemon). Reads the input, hands it to 
   -o json``, a ``List``, or one manifest per document; ``-`` reads stdin), or ``--generate N``
   with ``--seed S`` (a synthetic workload; ``--save-generated FILE`` writes it out);
 * rules: ``--rules summed,hami-v2.10,shrink,progressive`` (default: all four), each replayed in
-  its own process when ``--jobs`` allows (the replays share nothing);
+  its own process unless ``--jobs`` says fewer (the replays share nothing);
 * output: ``--output table`` (default) or ``json`` (stable keys; ``--pods`` adds every pod's
   outcome per rule); ``--chart FILE.png`` draws reserved GPU memory over time per rule with the
   requested memory for reference (needs matplotlib: the ``what-if`` extra).
@@ -24,7 +24,6 @@ import concurrent.futures
 import importlib.util
 import json
 import multiprocessing
-import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -406,8 +405,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--jobs",
         type=_count(1),
-        default=min(os.cpu_count() or 1, 4),
-        help="processes replaying rules side by side (default: %(default)s)",
+        help="processes replaying rules side by side (default: one per rule)",
     )
     return parser
 
@@ -457,7 +455,8 @@ def main(
         gpu_policy=args.gpu_policy,
     )
     started = time.perf_counter()
-    results = replay_rules(workload, args.rules, settings, args.jobs) if workload.pods else []
+    jobs = len(args.rules) if args.jobs is None else args.jobs
+    results = replay_rules(workload, args.rules, settings, jobs) if workload.pods else []
     elapsed_s = time.perf_counter() - started
 
     if args.output == "json":

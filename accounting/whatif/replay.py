@@ -70,7 +70,7 @@ from accounting.model import (
     PodPhase,
     VendorResources,
 )
-from accounting.pod import effective_request
+from accounting.pod import device_demand, effective_request
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
 from accounting.quota import check_quota
 from accounting.reasons import RESOURCE_QUOTA_NOT_FIT
@@ -250,9 +250,14 @@ class _ShapeQueue:
 
     waiting: deque[int]
     node_policy: str
+    asks: tuple[tuple[int, int, int], ...]
+    """Necessary for a node to be tried at all, per container: (devices, memory MiB, cores)
+    that many of its devices with a free slot must each have free; a node without it would
+    refuse the shape (the fit checks the same, on no more than the node has free)."""
     need: tuple[int, int, int]
-    """Necessary for a node to be tried at all: (devices with a free slot, memory MiB free on
-    one of them, cores free on one of them); a node without it would refuse the shape."""
+    """The coarse form of ``asks``: tested first, on three numbers per node."""
+    fine: bool
+    """``need`` alone does not imply ``asks`` (several devices, or several containers)."""
     failed_seq: int = -1
     """Every node unchanged since this change number refuses the shape (-1: never tried)."""
     quota_refused: bool = False
@@ -268,6 +273,7 @@ class _NodeSummary:
         "_state",
         "devices",
         "devices_with_slot",
+        "free",
         "max_cores_free",
         "max_memory_free_mib",
         "name",
@@ -288,6 +294,7 @@ class _NodeSummary:
         self._state: NodeState | None = None
         with_slot = 0
         memory_free = cores_free = -1
+        free: list[tuple[int, int]] = []
         slots_used = slots_total = cores_used = cores_total = memory_used = memory_total = 0
         for device in devices:
             memory, cores, slots = used.get(device.uuid, (0, 0, 0))
@@ -302,6 +309,8 @@ class _NodeSummary:
             with_slot += 1
             memory_free = max(memory_free, device.memory_total_mib - memory)
             cores_free = max(cores_free, device.core_percent_total - cores)
+            free.append((device.memory_total_mib - memory, device.core_percent_total - cores))
+        self.free = tuple(free)
         self.devices_with_slot = with_slot
         self.max_memory_free_mib = memory_free
         self.max_cores_free = cores_free
@@ -322,6 +331,19 @@ class _NodeSummary:
                 ),
             )
         return self._state
+
+    def takes(self, asks: tuple[tuple[int, int, int], ...]) -> bool:
+        """Each container's devices could each find a device with a free slot and enough
+        memory and cores free (counted per container: a necessary condition only)."""
+        free = self.free
+        for count, memory_mib, core_percent in asks:
+            enough = 0
+            for memory_free, cores_free in free:
+                if memory_free >= memory_mib and cores_free >= core_percent:
+                    enough += 1
+            if enough < count:
+                return False
+        return True
 
     def key(self, node_policy: str) -> tuple[float, str]:
         return node_order_key(self.score, self.name, node_policy)
@@ -517,10 +539,13 @@ class _Replay:
             return
         queue = self.queues.get(live.shape)
         if queue is None:
+            asks = _asks(pod, self.vendor)
             queue = self.queues[live.shape] = _ShapeQueue(
                 deque(),
                 node_policy_for(pod, self.settings.node_policy),
-                _need(pod, self.vendor),
+                asks,
+                _need(asks),
+                len(asks) > 1 or any(count > 1 for count, _, _ in asks),
             )
         queue.waiting.append(index)
         while queue.waiting and self.attempt(queue, now_s):
@@ -602,14 +627,16 @@ class _Replay:
             return
         nodes = self.nodes
         devices, memory_mib, core_percent = queue.need
-        # Not changed while this walks it: a placement ends the walk. The test is inlined (as
-        # in passing): this loop visits every busy node before the first that may take the pod.
+        fine = queue.fine
+        # Not changed while this walks it: a placement ends the walk. The coarse test is
+        # inlined: this loop visits every busy node before the first that may take the pod.
         for _, name in self.order:
             summary = nodes[name]
             if (
                 summary.devices_with_slot >= devices
                 and summary.max_memory_free_mib >= memory_mib
                 and summary.max_cores_free >= core_percent
+                and (not fine or summary.takes(queue.asks))
             ):
                 yield summary.state
 
@@ -617,12 +644,14 @@ class _Replay:
         """Those of the named nodes that may take the shape, in the order fit_pod prefers."""
         nodes = self.nodes
         devices, memory_mib, core_percent = queue.need
+        fine = queue.fine
         passing = [
             summary
             for summary in map(nodes.__getitem__, names)
             if summary.devices_with_slot >= devices
             and summary.max_memory_free_mib >= memory_mib
             and summary.max_cores_free >= core_percent
+            and (not fine or summary.takes(queue.asks))
         ]
         if len(passing) > 1:
             policy = queue.node_policy
@@ -830,21 +859,25 @@ def _shape(pod: Pod) -> object:
     )
 
 
-def _need(pod: Pod, vendor: VendorResources) -> tuple[int, int, int]:
-    """What one node must have for the fit to have a chance: as many devices with a free slot
-    as the largest count asked, and one device with the most memory and cores any container
-    asks per device (fixed MiB only: a percentage depends on the card)."""
-    devices = memory = cores = 0
-    factor = max(vendor.memory_factor, 1)
+def _asks(pod: Pod, vendor: VendorResources) -> tuple[tuple[int, int, int], ...]:
+    """(devices, memory MiB, cores) each container asks per device, sized by the one sizing
+    rule (accounting.pod.device_demand); a share of a card counts as 0 MiB here."""
+    asks = []
     for container in pod.containers:
-        for request in container.requests:
-            if request.vendor != vendor.vendor or request.count <= 0:
-                continue
-            devices = max(devices, request.count)
-            cores = max(cores, min(request.core_percent, 100))
-            if request.memory_mib > 0:
-                memory = max(memory, request.memory_mib * factor)
-    return devices, memory, cores
+        demand = device_demand(container, vendor)
+        if demand is not None:
+            asks.append((demand.count, demand.memory_mib or 0, demand.core_percent))
+    return tuple(asks)
+
+
+def _need(asks: tuple[tuple[int, int, int], ...]) -> tuple[int, int, int]:
+    """The coarse test: as many devices with a free slot as the largest count asked, and one
+    of them with the most memory, one with the most cores, any container asks per device."""
+    return (
+        max((count for count, _, _ in asks), default=0),
+        max((memory for _, memory, _ in asks), default=0),
+        max((cores for _, _, cores in asks), default=0),
+    )
 
 
 def _phases_mib(
