@@ -4,11 +4,15 @@ Layer: services/admission (adapter). Two sources with one method, ``namespace_it
 
 * ``WatchedUsageSource`` (``HAMI_ACCOUNTING_USAGE_CACHE=watch``, the default) keeps a local
   copy of every namespace's quota items, fed by ``WatchUsage(send_initial_state=True)`` in a
-  background thread (``services.common.usage_watch``), and falls back to direct reads for a
-  namespace it has not seen and for every namespace while the stream is down (the copy is
-  dropped when the stream breaks and rebuilt from the next stream's initial state). A direct
-  read is kept only once the stream has delivered an event: a recorder with no namespace and
-  no node sends none until its first change, and until then every check reads directly.
+  background thread (``services.common.usage_watch``), and reads directly while the stream is
+  down (the copy is dropped when the stream breaks and rebuilt from the next stream's initial
+  state) and until its initial state is complete. Once the ``INITIAL_STATE_COMPLETE`` event
+  has arrived the copy holds every namespace with usage or limits, and every later change to
+  one arrives as an event: a namespace the copy does not hold has neither, and is answered as
+  such without a read (also on a recorder that holds nothing at all). Before that, a namespace
+  not seen yet is read directly, and the read is kept once the stream has delivered an event
+  (the recorder has then subscribed it, so no change can fall between the read and the
+  stream).
 * ``RecorderUsageSource`` (``HAMI_ACCOUNTING_USAGE_CACHE=off``) calls
   ``UsageRecorder.GetNamespaceUsage`` for every check, with a deadline (2 s by default): each
   answer is what the recorder had acknowledged when it answered. The cache also uses it for the
@@ -70,6 +74,8 @@ stream)."""
 
 QuotaItems = Mapping[str, QuotaItem]
 """A namespace's quota items keyed by resource name (nvidia.com/gpumem, ...)."""
+_NOTHING: QuotaItems = MappingProxyType({})
+"""The items of a namespace with neither usage nor limits."""
 
 
 def should_wait_for_revision(min_revision: int, applied_revision: int) -> bool:
@@ -176,6 +182,9 @@ class WatchedUsageSource:
         self._changed = threading.Condition(self._lock)
         self._cache: dict[str, QuotaItems] = {}
         self._live = False
+        self._complete = False
+        """The current stream's initial state is complete: what the copy lacks, the recorder
+        lacks too."""
         self._revision = -1
         """Revision of the last event applied on the current stream (-1: none yet)."""
         self._min_revision_wait_s = min_revision_wait_s
@@ -212,6 +221,12 @@ class WatchedUsageSource:
         with self._lock:
             return frozenset(self._cache)
 
+    @property
+    def complete(self) -> bool:
+        """True while the open stream's initial state is complete (the copy is then whole)."""
+        with self._lock:
+            return self._live and self._complete
+
     def start(self) -> WatchedUsageSource:
         self._watch.start()
         return self
@@ -238,9 +253,10 @@ class WatchedUsageSource:
             # The stream has delivered an event: the recorder has subscribed it, so every change
             # after this moment arrives as an event.
             receiving = self._revision >= 0
-            cached = (
-                self._cache.get(namespace) if live and self._revision >= min_revision else None
-            )
+            current = live and self._revision >= min_revision
+            cached = self._cache.get(namespace) if current else None
+            if cached is None and current and self._complete:
+                cached = _NOTHING  # the recorder has neither usage nor limits there
         if cached is not None:
             return cached
         items = self._direct.namespace_items(namespace)
@@ -264,6 +280,7 @@ class WatchedUsageSource:
             self._cache.clear()
             self._generation += 1
             self._live = live
+            self._complete = False
             self._revision = -1
             self._changed.notify_all()
 
@@ -280,5 +297,7 @@ class WatchedUsageSource:
         with self._lock:
             if items is not None:
                 self._cache[event.namespace] = items
+            elif event.kind == usage_pb2.USAGE_EVENT_KIND_INITIAL_STATE_COMPLETE:
+                self._complete = True
             self._revision = event.revision
             self._changed.notify_all()

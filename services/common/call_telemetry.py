@@ -7,7 +7,9 @@ caller sent as gRPC metadata (``traceparent``/``tracestate``), with ``rpc.system
 ``rpc.service``, ``rpc.method`` and ``rpc.grpc.status_code``, an ERROR status for any other code
 than OK, and the exception for a failure that is not an abort. A server-streaming call is timed
 and spanned until its stream ends (WatchUsage streams for minutes: read its buckets as stream
-lifetimes).
+lifetimes). Handlers written for grpc.aio (coroutines and async generators: the recorder's
+WatchUsage, the aio health service) are wrapped by coroutines of the same shape, so the aio
+server still runs them on its event loop (``services.common.aio_server``).
 
 Why not the server interceptor of opentelemetry-instrumentation-grpc (its client interceptor is
 what our channels use): it costs more on every call. Per call it copies the metadata twice,
@@ -20,8 +22,10 @@ traces are read for; tests/e2e/test_trace_e2e.py checks its names, kinds and lin
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextvars import Token
 from typing import Any
 
@@ -32,10 +36,28 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from services.common.metrics import RPC_DURATION
 
+_ROOT_SERVER_SPAN = otel_context.create_key("hami.accounting.root_server_span")
+"""Context key of the call's SERVER span when the caller sent no trace context."""
 _PROPAGATOR = TraceContextTextMapPropagator()
 _CONTEXT_KEYS = frozenset(_PROPAGATOR.fields)
 """The metadata keys the W3C context travels in (traceparent, tracestate)."""
 _OK = grpc.StatusCode.OK
+
+
+def root_server_span() -> trace.Span | None:
+    """The current call's SERVER span when it starts a new trace (its caller sent no trace
+    context), else None. The admission daemon makes it the pod's root span: one span per check
+    instead of two (ARCHITECTURE.md §6)."""
+    span = otel_context.get_value(_ROOT_SERVER_SPAN)
+    if isinstance(span, trace.Span) and span is trace.get_current_span():
+        return span
+    return None
+
+
+def is_abort(error: BaseException) -> bool:
+    """Whether ``error`` is what grpc raises from ``context.abort`` (the sync server raises a
+    bare ``Exception``, grpc.aio an ``AbortError``): the status is already set."""
+    return type(error) is Exception or isinstance(error, grpc.aio.AbortError)
 
 
 def _status(context: grpc.ServicerContext, failed: bool, cancelled: bool) -> grpc.StatusCode:
@@ -77,7 +99,12 @@ class _Call:
             method, context=parent, kind=trace.SpanKind.SERVER, attributes=attributes
         )
         self.span = span
-        self._token = otel_context.attach(trace.set_span_in_context(span, parent))
+        current = trace.set_span_in_context(span, parent)
+        if parent is None:
+            # A new trace: the servicer may make this span the root of its own work's trace
+            # (``root_server_span``) instead of starting a second one.
+            current = otel_context.set_value(_ROOT_SERVER_SPAN, span, current)
+        self._token = otel_context.attach(current)
 
     def end(
         self,
@@ -98,8 +125,8 @@ class _Call:
         if code is not _OK:
             details = getattr(context, "details", lambda: None)()
             span.set_status(trace.Status(trace.StatusCode.ERROR, f"{code.name}: {details or ''}"))
-        # An abort raises a bare Exception after setting the code; anything else is a fault.
-        if error is not None and type(error) is not Exception:
+        # An abort raises after setting the code; anything else is a fault.
+        if error is not None and not is_abort(error) and not cancelled:
             span.record_exception(error)
         if self._token is not None:
             otel_context.detach(self._token)
@@ -139,6 +166,22 @@ class CallTelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg
 
             return observed
 
+        def async_unary_response(behavior: Callable[..., Any]) -> Callable[..., Any]:
+            async def observed(request: Any, context: grpc.ServicerContext) -> Any:
+                call = _Call(tracer, method, attributes, context)
+                try:
+                    response = await behavior(request, context)
+                except asyncio.CancelledError as error:
+                    call.end(service, method, context, error, cancelled=True)
+                    raise
+                except BaseException as error:
+                    call.end(service, method, context, error)
+                    raise
+                call.end(service, method, context, None)
+                return response
+
+            return observed
+
         def stream_response(behavior: Callable[..., Any]) -> Callable[..., Any]:
             def observed(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
                 call = _Call(tracer, method, attributes, context)
@@ -155,27 +198,57 @@ class CallTelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg
 
             return observed
 
+        def async_stream_response(behavior: Callable[..., Any]) -> Callable[..., Any]:
+            async def observed(request: Any, context: grpc.ServicerContext) -> AsyncIterator[Any]:
+                call = _Call(tracer, method, attributes, context)
+                try:
+                    async for message in behavior(request, context):
+                        yield message
+                except (GeneratorExit, asyncio.CancelledError) as error:
+                    # grpc.aio cancels the call's task when the client goes away mid-stream.
+                    call.end(service, method, context, error, cancelled=True)
+                    raise
+                except BaseException as error:
+                    call.end(service, method, context, error)
+                    raise
+                call.end(service, method, context, None)
+
+            return observed
+
+        def unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+            if inspect.iscoroutinefunction(behavior):
+                return async_unary_response(behavior)
+            return unary_response(behavior)
+
+        def streaming(behavior: Callable[..., Any]) -> Callable[..., Any]:
+            if inspect.isasyncgenfunction(behavior):
+                return async_stream_response(behavior)
+            if inspect.iscoroutinefunction(behavior):
+                # A grpc.aio stream that writes with context.write (the aio health Watch).
+                return async_unary_response(behavior)
+            return stream_response(behavior)
+
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                unary_response(handler.unary_unary),
+                unary(handler.unary_unary),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_unary is not None:
             return grpc.stream_unary_rpc_method_handler(
-                unary_response(handler.stream_unary),
+                unary(handler.stream_unary),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                stream_response(handler.unary_stream),
+                streaming(handler.unary_stream),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_stream is not None:
             return grpc.stream_stream_rpc_method_handler(
-                stream_response(handler.stream_stream),
+                streaming(handler.stream_stream),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )

@@ -37,7 +37,7 @@ from services.common.config import (
 )
 from services.common.logging import configure_logging
 from services.common.metrics import MetricsError, start_metrics_server
-from services.common.server import ServerHandle, ServerStartError, run_until_signalled
+from services.common.server import DaemonServer, ServerStartError, run_until_signalled
 
 EXIT_SERVED = 0
 EXIT_CANNOT_START = 1
@@ -103,7 +103,7 @@ class Started(Protocol):
     """A started daemon."""
 
     @property
-    def handle(self) -> ServerHandle: ...
+    def handle(self) -> DaemonServer: ...
 
     @property
     def target(self) -> str: ...

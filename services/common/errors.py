@@ -1,7 +1,8 @@
 """The one place where exceptions become gRPC status codes.
 
 Layer: services (runtime). Servicer methods raise; ``map_errors`` (unary) and
-``map_stream_errors`` (server streaming) turn what they raise into ``context.abort(...)``:
+``map_stream_errors`` (server streaming, also as a grpc.aio async generator) turn what they
+raise into ``context.abort(...)``:
 
 * ``accounting.errors.InvalidInputError`` -> INVALID_ARGUMENT listing every ``path: message``,
   plus the same violations as a ``google.rpc.BadRequest`` status detail;
@@ -23,9 +24,9 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from google.rpc import (  # type: ignore[import-untyped]  # googleapis-common-protos has no stubs
@@ -173,7 +174,10 @@ def _internal_message() -> str:
 
 
 def _is_abort(error: Exception, context: grpc.ServicerContext) -> bool:
-    """True for the bare Exception grpc raises from context.abort(), which must propagate."""
+    """True for what grpc raises from context.abort() (a bare Exception, or grpc.aio's
+    AbortError), which must propagate."""
+    if isinstance(error, grpc.aio.AbortError):
+        return True
     if type(error) is not Exception or error.args:
         return False
     code = getattr(context, "code", None)
@@ -185,9 +189,8 @@ def _is_abort(error: Exception, context: grpc.ServicerContext) -> bool:
     return value is not None and value != grpc.StatusCode.OK
 
 
-def _abort(error: Exception, context: grpc.ServicerContext, method: str) -> NoReturn:
-    if _is_abort(error, context):
-        raise error
+def _mapped(error: Exception, context: grpc.ServicerContext, method: str) -> MappedStatus:
+    """The status to abort with; logs bugs and sets the BadRequest trailer."""
     status = status_for(error)
     if not status.expected:
         _LOG.error("unhandled error in %s", method, exc_info=error)
@@ -199,6 +202,13 @@ def _abort(error: Exception, context: grpc.ServicerContext, method: str) -> NoRe
         # The same status as a google.rpc.Status trailer, so Go clients can read each
         # field violation with status.FromError(err).Details().
         context.set_trailing_metadata(rpc_status.to_status(detail).trailing_metadata)
+    return status
+
+
+def _abort(error: Exception, context: grpc.ServicerContext, method: str) -> NoReturn:
+    if _is_abort(error, context):
+        raise error
+    status = _mapped(error, context, method)
     context.abort(status.code, status.message)
 
 
@@ -214,8 +224,8 @@ def map_errors(
 
     A generator method (server streaming) is handed to ``map_stream_errors``.
     """
-    if inspect.isgeneratorfunction(method):
-        return map_stream_errors(method)  # type: ignore[return-value]  # same shape at runtime
+    if inspect.isgeneratorfunction(method) or inspect.isasyncgenfunction(method):
+        return map_stream_errors(method)  # type: ignore[arg-type, return-value]  # same shape
 
     @functools.wraps(method)
     def wrapper(self: _Self, request: _Request, context: grpc.ServicerContext) -> _Response:
@@ -232,8 +242,11 @@ def map_stream_errors(
 ) -> Callable[[_Self, _Request, grpc.ServicerContext], Iterator[_Response]]:
     """Decorates a server-streaming servicer method (a generator); see the module table.
 
-    Errors raised before or between messages end the stream with the mapped status.
+    Errors raised before or between messages end the stream with the mapped status. An async
+    generator (a grpc.aio handler) gets an async wrapper that awaits the abort.
     """
+    if inspect.isasyncgenfunction(method):
+        return _map_async_stream_errors(method)  # type: ignore[arg-type, return-value]
 
     @functools.wraps(method)
     def wrapper(
@@ -246,3 +259,25 @@ def map_stream_errors(
 
     return wrapper
 
+
+
+_AioContext = grpc.aio.ServicerContext[Any, Any]
+
+
+def _map_async_stream_errors(
+    method: Callable[[_Self, _Request, _AioContext], AsyncIterator[_Response]],
+) -> Callable[[_Self, _Request, _AioContext], AsyncIterator[_Response]]:
+    @functools.wraps(method)
+    async def wrapper(
+        self: _Self, request: _Request, context: _AioContext
+    ) -> AsyncIterator[_Response]:
+        try:
+            async for message in method(self, request, context):
+                yield message
+        except Exception as error:
+            if _is_abort(error, context):  # type: ignore[arg-type]  # same surface
+                raise
+            status = _mapped(error, context, method.__qualname__)  # type: ignore[arg-type]
+            await context.abort(status.code, status.message)
+
+    return wrapper

@@ -10,13 +10,14 @@ message size limits. ``run_until_signalled`` turns SIGTERM/SIGINT into a gracefu
 
 from __future__ import annotations
 
+import inspect
 import logging
 import signal
 import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -51,6 +52,26 @@ readiness (a standby or still-syncing daemon is alive but not ready, and must no
 
 class ServerStartError(RuntimeError):
     """The server cannot start, typically because its address cannot be bound."""
+
+
+class DaemonServer(Protocol):
+    """A started server as a daemon drives it: ``ServerHandle`` (the thread-pool server) and
+    ``aio_server.AioServerHandle`` (the recorder's)."""
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def target(self) -> str: ...
+
+    @property
+    def stopped(self) -> bool: ...
+
+    def set_serving(self, serving: bool) -> None: ...
+
+    def stop(self, grace_s: float = DEFAULT_GRACE_S) -> None: ...
+
+    def wait(self) -> None: ...
 
 
 def _message_options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -199,6 +220,8 @@ def build_server(
     return handle
 
 
+_AioContext = grpc.aio.ServicerContext[Any, Any]
+
 _UNDECODABLE = object()
 """Stands in for a request whose bytes do not decode as its message."""
 
@@ -219,14 +242,33 @@ def _guarded(method: str, handler: Any) -> Any:
         except Exception:  # any decode failure is the caller's bad bytes
             return _UNDECODABLE
 
+    refusal = (
+        f"request: the bytes sent to {method} do not decode as its request message "
+        "(malformed protobuf or a string field that is not UTF-8)"
+    )
+
     def refuse_undecodable(behavior: Callable[..., Any]) -> Callable[..., Any]:
+        # A grpc.aio handler keeps its shape (coroutine or async generator): the aio server
+        # runs those on its event loop, everything else on its thread pool.
+        if inspect.iscoroutinefunction(behavior):
+            async def guarded_coroutine(request: Any, context: _AioContext) -> Any:
+                if request is _UNDECODABLE:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal)
+                return await behavior(request, context)
+
+            return guarded_coroutine
+        if inspect.isasyncgenfunction(behavior):
+            async def guarded_stream(request: Any, context: _AioContext) -> Any:
+                if request is _UNDECODABLE:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal)
+                async for message in behavior(request, context):
+                    yield message
+
+            return guarded_stream
+
         def guarded(request: Any, context: grpc.ServicerContext) -> Any:
             if request is _UNDECODABLE:
-                context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"request: the bytes sent to {method} do not decode as its request message "
-                    "(malformed protobuf or a string field that is not UTF-8)",
-                )
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal)
             return behavior(request, context)
 
         return guarded
@@ -387,7 +429,7 @@ def build_service_server(
 
 
 def run_until_signalled(
-    handle: ServerHandle,
+    handle: DaemonServer,
     on_stop: Callable[[], None] | None = None,
     grace_s: float = DEFAULT_GRACE_S,
 ) -> None:

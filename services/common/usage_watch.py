@@ -2,10 +2,17 @@
 
 Layer: services (runtime). Both caches fed by the recorder — the admission daemon's namespace
 items and the scheduler's node states — need the same loop: open
-``WatchUsage(send_initial_state=True)`` with a deadline, hand every event to the cache, and when
-the stream ends re-open it, with backoff unless the end was the planned deadline. This module
-owns that loop; a cache supplies what to do with an event and what to do when a stream opens or
-closes (``on_reset``: drop the copy, never serve it from a dead stream).
+``WatchUsage(send_initial_state=True, accept_batches=True)`` with a deadline, hand every event to
+the cache (the events of a batch one by one, in order), and when the stream ends re-open it,
+with backoff unless the end was the planned deadline. This module owns that loop; a cache
+supplies what to do with an event and what to do when a stream opens or closes (``on_reset``:
+drop the copy, never serve it from a dead stream). The initial state ends with an
+``INITIAL_STATE_COMPLETE`` event (also on an empty recorder): from it on, the cache holds
+everything the recorder has of its part, so what it does not hold, the recorder does not have.
+
+A stream the recorder ends with RESOURCE_EXHAUSTED (its cap of open streams is reached, or this
+watcher fell so far behind that it was cut off) is re-opened like any failure: after a backoff,
+with a fresh initial state; the cache reads directly meanwhile.
 
 Why a deadline on a stream that is meant to live forever: a connection that dies without an
 error (a silently dropped peer) would otherwise go unnoticed; the deadline bounds that, and each
@@ -55,7 +62,8 @@ class UsageWatch:
         # Each stream starts with the recorder's accounting policy: every answer a cache gives
         # from it is under that policy (services.common.policy).
         self._request = usage_pb2.WatchUsageRequest(
-            send_initial_state=True, content=content, send_policy=send_policy
+            send_initial_state=True, content=content, send_policy=send_policy,
+            accept_batches=True,
         )
         self._stream_lifetime_s = stream_lifetime_s
         self._on_reset = on_reset
@@ -90,8 +98,12 @@ class UsageWatch:
                 break
             self._on_reset(True)
             try:
-                for event in call:
-                    self._on_event(event)
+                for message in call:
+                    if message.batch:
+                        for event in message.batch:
+                            self._on_event(event)
+                    else:
+                        self._on_event(message)
                     retry_s = RETRY_INITIAL_S
                 # The recorder ended the stream (it is shutting down): reconnect.
                 planned = False
@@ -100,10 +112,12 @@ class UsageWatch:
                 planned = code == grpc.StatusCode.DEADLINE_EXCEEDED
                 if not planned and not self._stop.is_set():
                     _LOG.warning(
-                        "%s watch stream to %s failed (%s); reading directly until it is back",
+                        "%s watch stream to %s failed (%s: %s); reading directly until it is "
+                        "back",
                         self._what,
                         self.target,
                         code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN",
+                        _details(error),
                     )
             except Exception:
                 # A bug must not end the thread: the cache would silently stay off.
@@ -116,3 +130,8 @@ class UsageWatch:
             if not planned:
                 self._stop.wait(retry_s)
                 retry_s = min(retry_s * 2, RETRY_MAX_S)
+
+
+def _details(error: grpc.RpcError) -> str:
+    details = getattr(error, "details", None)
+    return str(details() if callable(details) else "") or "no details"

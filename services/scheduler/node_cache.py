@@ -15,7 +15,10 @@ answer for:
 * every candidate while no stream is open (before the first connection, after a failure, until
   the reconnection — with backoff — delivers events again): the cache is then off and Filter
   works exactly as with ``HAMI_ACCOUNTING_NODE_CACHE=off``;
-* a node the stream has not described yet (the initial state is still arriving);
+* a node the stream has not described yet while the initial state is still arriving. Once its
+  ``INITIAL_STATE_COMPLETE`` event has arrived, the copy has a SNAPSHOT of every registered
+  node and every later registration arrives as an event: a candidate the stream never named
+  is not registered, and is answered so without a read;
 * a node whose event carried no devices: WatchUsage sends the same empty ``NodeUsage`` for a
   node that was dropped, a node that never was registered but has pods charged on it, and a
   node registered with an empty inventory, so only a direct read tells them apart;
@@ -125,6 +128,12 @@ class NodeCache:
         self._applied = 0
         self._receiving = False
         """The current stream has delivered an event: the recorder has subscribed it."""
+        self._complete = False
+        """The current stream's initial state is complete: a node it never named is not
+        registered."""
+        self._empty: set[str] = set()
+        """Nodes whose last event carried no devices (dropped, never registered but charged,
+        or registered empty): only a direct read tells which."""
         self._live = False
         self._generation = 0
         self._revision = -1
@@ -159,13 +168,12 @@ class NodeCache:
         return self
 
     def wait_for_revision(self, revision: int, timeout_s: float) -> bool:
-        """Waits until the open stream has applied an event of ``revision`` or later (tests;
-        the recorder's revision is ``UsageStore.revision``). Every entry the cache holds then
-        shows at least that revision; nodes whose initial state (all of it carries the
-        subscription's revision) has not arrived yet are still read directly."""
+        """Waits until the open stream's initial state is complete and it has applied an event
+        of ``revision`` or later (tests; the recorder's revision is ``UsageStore.revision``):
+        every entry the cache holds then shows at least that revision."""
         with self._changed:
             return self._changed.wait_for(
-                lambda: self._live and self._revision >= revision, timeout_s
+                lambda: self._live and self._complete and self._revision >= revision, timeout_s
             )
 
     def close(self) -> None:
@@ -193,12 +201,19 @@ class NodeCache:
             nodes = self._nodes
             generation = self._generation
             started = self._applied if self._receiving else None
+            complete = self._complete
+            empty = frozenset(self._empty) if complete else frozenset()
         if not live:
             return self._direct.snapshot(node_names, namespace, timeout_s)
         get = nodes.get
-        entries: list[_Entry | Literal[_Unknown.NODE]] = [
-            get(name, _UNKNOWN) for name in node_names
-        ]
+        entries: list[_Entry | Literal[_Unknown.NODE]]
+        if complete:
+            # Never named by the stream since its initial state: not registered.
+            entries = [
+                get(name, _UNKNOWN if name in empty else None) for name in node_names
+            ]
+        else:
+            entries = [get(name, _UNKNOWN) for name in node_names]
         if refresh:
             entries = [
                 _UNKNOWN if name in refresh else entry
@@ -257,6 +272,8 @@ class NodeCache:
             self._touched = {}
             self._applied = 0
             self._receiving = False
+            self._complete = False
+            self._empty = set()
             self._revision = -1
             self._generation += 1
             self._live = live
@@ -280,7 +297,11 @@ class NodeCache:
                 if state is None:
                     # Dropped, never registered, or registered without devices: ask directly.
                     self._nodes.pop(name, None)
+                    self._empty.add(name)
                 else:
                     self._nodes[name] = state
+                    self._empty.discard(name)
+            elif event.kind == usage_pb2.USAGE_EVENT_KIND_INITIAL_STATE_COMPLETE:
+                self._complete = True
             self._revision = event.revision
             self._changed.notify_all()

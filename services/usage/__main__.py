@@ -1,12 +1,13 @@
 """Entry point of the usage recorder: ``python -m services.usage`` or
 ``hami-accounting serve usage``.
 
-Layer: services/usage (runtime). Config -> journal -> recovery -> store -> server, then the
-optional Kubernetes source and leader election. Health: the ``liveness`` service (set by
-build_server) is SERVING from start to stop; the overall status ("" and the UsageRecorder
-service) is SERVING once this replica may be trusted with writes — at once when running
-stand-alone, after the first Kubernetes sync with a source, and only while leading with leader
-election.
+Layer: services/usage (runtime). Config -> journal -> recovery -> store -> server (grpc.aio:
+WatchUsage streams and health on its event loop, unary calls on a thread pool;
+``services.common.aio_server``), then the optional Kubernetes source and leader election.
+Health: the ``liveness`` service (set by the server builder) is SERVING from start to stop;
+the overall status ("" and the UsageRecorder service) is SERVING once this replica may be
+trusted with writes — at once when running stand-alone, after the first Kubernetes sync with a
+source, and only while leading with leader election.
 """
 
 from __future__ import annotations
@@ -21,14 +22,20 @@ from typing import TYPE_CHECKING
 from opentelemetry.sdk.trace import TracerProvider
 
 from accounting.ledger import Ledger
-from hami.accounting.v1 import usage_pb2_grpc
 from services.common import metrics, telemetry
+from services.common.aio_server import UnaryCalls, build_aio_server
 from services.common.daemon import DaemonSpec, Flag, run
-from services.common.server import ServerHandle, build_service_server
+from services.common.server import DaemonServer
 from services.usage.config import KUBERNETES_MODES, UsageConfig
 from services.usage.journal import Journal, JournalError
-from services.usage.servicer import SERVICE_NAME, UsageRecorderServicer
-from services.usage.store import DEFAULT_MAX_WATCH_EVENTS, SERVICE, UsageStore
+from services.usage.servicer import (
+    INLINE_METHODS,
+    SERVICE_NAME,
+    UsageRecorderServicer,
+    add_to_server,
+)
+from services.usage.store import SERVICE, UsageStore
+from services.usage.watch_hub import DEFAULT_MAX_LAG_EVENTS, WatchHub
 
 if TYPE_CHECKING:
     from services.usage.k8s import ApiClient, KubernetesSource
@@ -39,7 +46,7 @@ _LOG = logging.getLogger("services.usage")
 class _Readiness:
     """Overall health = synced with Kubernetes (when a source runs) and leading (when electing)."""
 
-    def __init__(self, handle: ServerHandle, *, needs_sync: bool, needs_leader: bool) -> None:
+    def __init__(self, handle: DaemonServer, *, needs_sync: bool, needs_leader: bool) -> None:
         self._handle = handle
         self._lock = threading.Lock()
         self._synced = not needs_sync
@@ -126,11 +133,12 @@ class UsageRecorder:
     """A started recorder: its server, store and background parts; ``stop`` ends them all."""
 
     config: UsageConfig
-    handle: ServerHandle
+    handle: DaemonServer
     store: UsageStore
     journal: Journal
     tracer_provider: TracerProvider | None
     readiness: _Readiness
+    servicer: UsageRecorderServicer
     elector: LeaderElector | None = None
     source_factory: Callable[[], KubernetesSource] | None = None
     _source: KubernetesSource | None = None
@@ -185,6 +193,7 @@ class UsageRecorder:
             self.elector.stop()
         self.stop_source()
         self.store.close_watchers()
+        self.servicer.close()
         self.journal.close()
         telemetry.shutdown(self.tracer_provider)
 
@@ -200,7 +209,7 @@ def start(
     *,
     tracer_provider: TracerProvider | None = None,
     max_workers: int = 16,
-    max_watch_events: int = DEFAULT_MAX_WATCH_EVENTS,
+    max_watch_events: int = DEFAULT_MAX_LAG_EVENTS,
 ) -> UsageRecorder:
     """Opens the journal, recovers the state, and starts the server and background parts.
 
@@ -210,13 +219,19 @@ def start(
         KubernetesConfigError: the Kubernetes configuration cannot be loaded.
     """
     policy = config.policy
+    # The WatchUsage fan-out gives way to the unary calls in flight (services.usage.watch_hub).
+    unary_calls = UnaryCalls()
     journal = Journal.in_data_dir(config.data_dir, synchronous=config.journal_sync)
     try:
         store = UsageStore(
             Ledger(policy),
             journal,
             tracer=telemetry.tracer_for(tracer_provider, "services.usage"),
-            max_watch_events=max_watch_events,
+            hub=WatchHub(
+                max_streams=config.max_watch_streams,
+                max_lag_events=max_watch_events,
+                unary_calls=unary_calls,
+            ),
         )
         summary = store.recover()
         _LOG.info(
@@ -247,13 +262,17 @@ def start(
             else None
         )
         servicer = UsageRecorderServicer(store, leader=leader_view)
-        handle = build_service_server(
-            config.common,
-            SERVICE_NAME,
-            lambda server: usage_pb2_grpc.add_UsageRecorderServicer_to_server(servicer, server),
+        handle = build_aio_server(
+            service_names=[SERVICE_NAME],
+            register=lambda server: add_to_server(servicer, server),
+            listen_addr=config.common.listen_addr,
+            tls=config.common.tls,
             tracer_provider=tracer_provider,
             max_workers=max_workers,
             serving=api_client is None,
+            unary_calls=unary_calls,
+            inline_methods=INLINE_METHODS,
+            inline_unless=servicer.must_not_run_inline,
         )
     except BaseException:
         journal.close()
@@ -270,6 +289,7 @@ def start(
         journal=journal,
         tracer_provider=tracer_provider,
         readiness=readiness,
+        servicer=servicer,
     )
     if api_client is not None:
         try:

@@ -27,6 +27,7 @@ from services.common.config import (
     raise_if_problems,
 )
 from services.usage.journal import SYNCHRONOUS_MODES
+from services.usage.watch_hub import DEFAULT_MAX_STREAMS
 
 KUBERNETES_MODES = ("off", "in-cluster", "kubeconfig")
 DEFAULT_DATA_DIR = Path("data")
@@ -74,6 +75,10 @@ class UsageConfig:
     journal_sync: str = "normal"
     """SQLite ``synchronous`` of the journal: ``normal`` survives a process kill, ``full`` also
     a power loss, one fsync per write (HAMI_ACCOUNTING_JOURNAL_SYNC)."""
+    max_watch_streams: int = DEFAULT_MAX_STREAMS
+    """Open WatchUsage streams served at most; past it a new one is refused with
+    RESOURCE_EXHAUSTED (HAMI_ACCOUNTING_MAX_WATCH_STREAMS; one per admission and scheduler
+    replica is what the daemons open)."""
 
     @property
     def kubernetes_enabled(self) -> bool:
@@ -125,6 +130,10 @@ class UsageConfig:
         journal_sync = env_choice(
             env, "JOURNAL_SYNC", SYNCHRONOUS_MODES, "normal", problems=problems
         )
+        max_watch_streams = env_int(
+            env, "MAX_WATCH_STREAMS", DEFAULT_MAX_STREAMS, problems=problems, minimum=1,
+            maximum=100_000,
+        )
         raise_if_problems(problems)
         return cls(
             common=common,
@@ -138,4 +147,5 @@ class UsageConfig:
             memory_factor=memory_factor,
             enforce_gpu_count=enforce_gpu_count,
             journal_sync=journal_sync,
+            max_watch_streams=max_watch_streams,
         )

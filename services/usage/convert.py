@@ -18,7 +18,13 @@ from accounting.policy import AccountingPolicy
 from accounting.validate import quote
 from hami.accounting.v1 import types_pb2, usage_pb2
 from services.common import convert as common
-from services.usage.store import EventKind, NodeSnapshot, UsageEvent, WatchContent
+from services.usage.events import (
+    EncodedParts,
+    EventKind,
+    NodeSnapshot,
+    UsageEvent,
+    WatchContent,
+)
 
 EVENT_KIND_TO_PB: Mapping[EventKind, usage_pb2.UsageEventKind.ValueType] = {
     EventKind.SNAPSHOT: usage_pb2.USAGE_EVENT_KIND_SNAPSHOT,
@@ -27,7 +33,10 @@ EVENT_KIND_TO_PB: Mapping[EventKind, usage_pb2.UsageEventKind.ValueType] = {
     EventKind.NODE_REGISTERED: usage_pb2.USAGE_EVENT_KIND_NODE_REGISTERED,
     EventKind.QUOTA_SET: usage_pb2.USAGE_EVENT_KIND_QUOTA_SET,
     EventKind.POLICY: usage_pb2.USAGE_EVENT_KIND_POLICY,
+    EventKind.INITIAL_STATE_COMPLETE: usage_pb2.USAGE_EVENT_KIND_INITIAL_STATE_COMPLETE,
 }
+_BATCH_TAG = bytes([usage_pb2.UsageEvent.BATCH_FIELD_NUMBER << 3 | 2])
+"""The key of ``UsageEvent.batch`` on the wire: its field number, length-delimited."""
 
 
 # -- requests ----------------------------------------------------------------------------------
@@ -184,6 +193,50 @@ def event_to_pb(
     if event.policy is not None:
         message.policy.CopyFrom(common.policy_to_pb(event.policy))
     return message
+
+
+def encode_event_parts(event: UsageEvent) -> EncodedParts:
+    """The event serialized in three parts that concatenate into ``event_to_pb(event, c)`` for
+    any content ``c`` (``EncodedParts.for_content``)."""
+    change_pb = usage_pb2.UsageEvent(
+        revision=event.revision,
+        kind=EVENT_KIND_TO_PB[event.kind],
+        pod_uid=event.pod_uid,
+        namespace=event.namespace,
+        stored=common.usages_to_pb(event.stored),
+    )
+    if event.policy is not None:
+        change_pb.policy.CopyFrom(common.policy_to_pb(event.policy))
+    change = change_pb.SerializeToString()
+    namespace = (
+        usage_pb2.UsageEvent(
+            namespace_items=quota_items_to_pb(event.namespace_items)
+        ).SerializeToString()
+        if event.namespace_items
+        else b""
+    )
+    node = (
+        usage_pb2.UsageEvent(node=node_usage_to_pb(event.node)).SerializeToString()
+        if event.node is not None
+        else b""
+    )
+    return EncodedParts(change, namespace, node)
+
+
+def frame_batch_element(encoded_event: bytes) -> bytes:
+    """One serialized UsageEvent as an element of ``UsageEvent.batch``: joined, such elements
+    are a serialized UsageEvent whose ``batch`` holds those events (protobuf encodes a
+    repeated message field as one key + length + bytes per element)."""
+    return _BATCH_TAG + _varint(len(encoded_event)) + encoded_event
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 WATCH_CONTENT_FROM_PB: Mapping[int, WatchContent] = {

@@ -5,12 +5,20 @@ usage store (which applies the accounting rules, journals, traces and counts), a
 result back. Errors are mapped to status codes by ``map_errors``. When leader election is on,
 a standby replica refuses writes with FAILED_PRECONDITION naming the leader, and still serves
 reads.
+
+The unary methods are synchronous: the recorder's aio server runs them on its thread pool.
+``WatchUsage`` is an async generator on the server's event loop: it opens a stream on the
+store's watch hub, subscribes it off the loop (the store's lock and the initial state's
+encoding), and passes on the hub's messages, which are already encoded — ``add_to_server``
+registers it with a pass-through serializer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Protocol, TypeVar
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from concurrent import futures
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -20,12 +28,22 @@ from services.common import convert as common
 from services.common.errors import map_errors
 from services.usage import convert
 from services.usage.store import UsageStore
+from services.usage.watch_hub import StreamCapReachedError, WatcherCutOffError
 
 SERVICE_NAME = usage_pb2.DESCRIPTOR.services_by_name["UsageRecorder"].full_name
 """hami.accounting.v1.UsageRecorder"""
-
-WATCH_POLL_S = 1.0
-"""How often an idle watch stream checks that its client is still there."""
+INLINE_METHODS = frozenset(
+    f"/{SERVICE_NAME}/{name}"
+    for name in (
+        "RecordPod", "ForgetPod", "Reserve", "GetPodUsage", "GetNamespaceUsage", "RegisterNode",
+        "SetQuota", "GetPolicy",
+    )
+)
+"""The calls the recorder's event loop answers itself (``aio_server.build_aio_server``): each
+takes the store's lock for a fraction of a millisecond and waits on nothing else (SQLite
+commits without fsync by default). GetNodeUsage is not among them: every node of a large
+cluster takes milliseconds to copy out. A standby replica's writes are not run there either:
+naming the leader may read the Lease from the Kubernetes API."""
 
 
 class LeaderStatus(Protocol):
@@ -68,19 +86,27 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
         store: UsageStore,
         *,
         leader: LeaderStatus | None = None,
-        watch_poll_s: float = WATCH_POLL_S,
     ) -> None:
         self._store = store
         # Pods are read with the resource names of the policy the store decides under.
         self._vendors = store.policy.vendors
         self._leader = leader
-        self._watch_poll_s = watch_poll_s
+        # One thread subscribes watchers: a subscription takes the store's lock and encodes the
+        # initial state, which must not happen on the event loop nor on a unary call's thread.
+        self._subscriber = futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="watch-subscribe"
+        )
 
     def _with_revision(self, response: WriteResponse) -> WriteResponse:
         """A write's answer with its read-your-writes token (the revision its change is visible
         at; the last visible one when it changed nothing)."""
         response.revision = self._store.visible_revision
         return response
+
+    def must_not_run_inline(self) -> bool:
+        """True when a call could block the event loop now: another thread holds the store's
+        lock, or this replica is a standby (a write reads the Lease to name the leader)."""
+        return self._store.busy or (self._leader is not None and not self._leader.is_leader)
 
     def _require_leader(self) -> None:
         if self._leader is None or self._leader.is_leader:
@@ -164,28 +190,58 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     ) -> usage_pb2.GetPolicyResponse:
         return convert.policy_response(self._store.policy)
 
-    @map_errors
-    def WatchUsage(
-        self, request: usage_pb2.WatchUsageRequest, context: grpc.ServicerContext
-    ) -> Iterator[usage_pb2.UsageEvent]:
+    @map_errors  # type: ignore[arg-type]  # the aio context: same surface
+    async def WatchUsage(  # type: ignore[override]  # yields encoded UsageEvent messages
+        self, request: usage_pb2.WatchUsageRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
         content = convert.watch_content(request)
-        subscription = self._store.subscribe(
-            request.send_initial_state, content, send_policy=request.send_policy
-        )
-        # A client that goes away wakes the loop at once instead of at the next poll.
-        context.add_callback(subscription.close)
+        hub = self._store.hub
         try:
-            while context.is_active():
-                event = subscription.next(self._watch_poll_s)
-                if event is not None:
-                    yield convert.event_to_pb(event, content)
-                elif subscription.overflowed:
-                    context.abort(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        "watcher fell too far behind and was dropped; "
-                        "watch again with send_initial_state",
-                    )
-                elif subscription.closed:
-                    return
+            stream = hub.open(content, request.accept_batches)
+        except StreamCapReachedError as error:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+        try:
+            initial = await asyncio.get_running_loop().run_in_executor(
+                self._subscriber, self._store.subscribe, stream, request.send_initial_state,
+                request.send_policy,
+            )
+            async for message in hub.messages(stream, initial):
+                yield message
+        except WatcherCutOffError as error:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
         finally:
-            subscription.close()
+            hub.close(stream)
+
+    def close(self) -> None:
+        """Stops the subscribing thread (after the server has stopped)."""
+        self._subscriber.shutdown(wait=False, cancel_futures=True)
+
+
+class _Registrations:
+    """Collects what the generated ``add_UsageRecorderServicer_to_server`` registers."""
+
+    def __init__(self) -> None:
+        self.method_handlers: dict[str, Any] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[Any]) -> None:
+        pass  # rebuilt from the method handlers below
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self.method_handlers.update(handlers)
+
+
+def add_to_server(servicer: UsageRecorderServicer, server: grpc.aio.Server) -> None:
+    """Registers the UsageRecorder service, with WatchUsage sending the hub's bytes as they are
+    (grpc passes bytes through when the serializer is None)."""
+    collected = _Registrations()
+    usage_pb2_grpc.add_UsageRecorderServicer_to_server(servicer, collected)  # type: ignore[arg-type]
+    handlers = dict(collected.method_handlers)
+    handlers["WatchUsage"] = grpc.unary_stream_rpc_method_handler(
+        servicer.WatchUsage,
+        request_deserializer=usage_pb2.WatchUsageRequest.FromString,
+        response_serializer=None,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),)
+    )
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]

@@ -1,9 +1,9 @@
-"""The usage store: the ledger and its journal behind one lock, plus change watchers.
+"""The usage store: the ledger and its journal behind one lock — the recorder's commit unit.
 
-Layer: services (usage recorder state). Both writers of the recorder's state — the gRPC servicer
+Layer: services/usage (recorder state). Both writers of the recorder's state — the gRPC servicer
 and the Kubernetes source (through the ``UsageSink`` methods) — go through this class, so every
 change is, in this order and under one lock: applied to the in-memory ledger (which decides),
-committed to the journal, published to watchers. If the journal write fails, the ledger change
+committed to the journal, handed to the watch hub. If the journal write fails, the ledger change
 is undone before the lock is released and the caller gets ``DependencyUnavailableError``
 (UNAVAILABLE): nothing acknowledged is lost, nothing unacknowledged is half-applied.
 
@@ -11,15 +11,14 @@ Forgotten uids are remembered (the ledger's tombstones, journaled with the chang
 the pod): a RecordPod or Reserve arriving after ForgetPod answers ``Forgotten`` /
 ``PodForgotten`` and changes nothing, also after a restart.
 
-Watchers get bounded queues. A writer never waits for a watcher: a watcher whose queue is full
-is dropped and told so (the stream then ends with RESOURCE_EXHAUSTED and the client re-watches
-with the initial state).
+Watchers are the hub's (``watch_hub``): under the lock this class only builds each change's
+event (the namespace's and node's state after it, only the parts some watcher asked for) and
+appends it to the hub's log, which never waits for a watcher. Encoding and sending happen on the
+hub's event loop, after the lock is released.
 """
 
 from __future__ import annotations
 
-import collections
-import enum
 import gc
 import logging
 import threading
@@ -36,8 +35,6 @@ from accounting.lifecycle import Decision, StoredPod
 from accounting.model import (
     TRACEPARENT_ANNOTATION,
     Device,
-    DeviceState,
-    DeviceUsage,
     Pod,
     QuotaItem,
 )
@@ -46,6 +43,7 @@ from accounting.quota import quota_items_from_limits, quota_keys
 from accounting.validate import MAX_QUOTA_LIMIT, validate_devices
 from services.common import metrics, telemetry
 from services.common.errors import DependencyUnavailableError
+from services.usage.events import EventKind, NodeSnapshot, UsageEvent, WatchContent
 from services.usage.journal import (
     DeleteNode,
     DeletePod,
@@ -59,60 +57,14 @@ from services.usage.journal import (
     PutQuota,
     PutTombstone,
 )
+from services.usage.watch_hub import InitialState, WatchHub, WatchStream
 
 _LOG = logging.getLogger(__name__)
 
 SERVICE = "usage"
 """The ``service`` label of this daemon's metrics."""
-DEFAULT_MAX_WATCH_EVENTS = 4096
-"""Events a watcher may have queued before it is dropped as too slow."""
 FREEZE_MIN_PODS = 10_000
 """Recovered pods from which the recovered state is frozen out of garbage collection."""
-
-
-class EventKind(enum.Enum):
-    """Kinds of change (UsageEventKind in the schema)."""
-
-    SNAPSHOT = "snapshot"
-    POLICY = "policy"
-    """The accounting policy in force: the first event of every initial state."""
-    POD_CHANGED = "pod_changed"
-    POD_FORGOTTEN = "pod_forgotten"
-    NODE_REGISTERED = "node_registered"
-    """A node was registered, its inventory changed, or it was dropped (then without devices)."""
-    QUOTA_SET = "quota_set"
-
-
-class WatchContent(enum.Flag):
-    """What a watcher's events carry (WatchContent in the schema)."""
-
-    NODES = enum.auto()
-    NAMESPACES = enum.auto()
-    ALL = NODES | NAMESPACES
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSnapshot:
-    """One node's devices with what is charged on them, and the pods charged there."""
-
-    node_name: str
-    devices: tuple[DeviceState, ...]
-    pod_uids: tuple[str, ...]
-    registered: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class UsageEvent:
-    """One change, with the affected namespace and node state after it."""
-
-    kind: EventKind
-    revision: int
-    pod_uid: str = ""
-    namespace: str = ""
-    namespace_items: tuple[QuotaItem, ...] = ()
-    node: NodeSnapshot | None = None
-    stored: tuple[DeviceUsage, ...] = ()
-    policy: AccountingPolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,62 +76,6 @@ class RecoverySummary:
     namespaces: int
     revision: int
     seconds: float
-
-
-class Subscription:
-    """A watcher's bounded queue of events; read with ``next``, end with ``close``."""
-
-    def __init__(
-        self,
-        initial: Sequence[UsageEvent],
-        max_events: int,
-        on_close: Callable[[Subscription], None],
-        content: WatchContent = WatchContent.ALL,
-    ) -> None:
-        self.content = content
-        """What the watcher asked its events to carry (the store may fill in more)."""
-        self._condition = threading.Condition()
-        self._queue: collections.deque[UsageEvent] = collections.deque(initial)
-        # The initial state is never a reason to drop a watcher: only live events count.
-        self._limit = max_events + len(initial)
-        self._on_close = on_close
-        self.overflowed = False
-        """True once the watcher fell more than ``max_events`` behind and was dropped."""
-        self.closed = False
-
-    def offer(self, events: Sequence[UsageEvent]) -> bool:
-        """Queues events without blocking; False (and the watcher is dropped) when full."""
-        with self._condition:
-            if self.closed:
-                return False
-            if len(self._queue) + len(events) > self._limit:
-                self.overflowed = True
-                self.closed = True
-                self._queue.clear()
-                self._condition.notify_all()
-                return False
-            self._queue.extend(events)
-            self._condition.notify_all()
-            return True
-
-    def next(self, timeout_s: float) -> UsageEvent | None:
-        """The next event, or None after ``timeout_s`` or once closed (see ``overflowed``)."""
-        with self._condition:
-            if not self._queue and not self.closed:
-                self._condition.wait(timeout_s)
-            if self._queue and not self.closed:
-                return self._queue.popleft()
-            return None
-
-    def close(self) -> None:
-        """Ends the subscription and wakes a reader waiting in ``next`` (idempotent)."""
-        with self._condition:
-            already = self.closed
-            self.closed = True
-            self._queue.clear()
-            self._condition.notify_all()
-        if not already:
-            self._on_close(self)
 
 
 class _StoreMetrics:
@@ -228,7 +124,7 @@ class UsageStore:
         journal: Journal | None,
         *,
         tracer: trace.Tracer | None = None,
-        max_watch_events: int = DEFAULT_MAX_WATCH_EVENTS,
+        hub: WatchHub | None = None,
         on_synced: Callable[[bool], None] | None = None,
     ) -> None:
         """Wraps a ledger and (optionally) its journal; without a journal nothing is durable.
@@ -237,18 +133,16 @@ class UsageStore:
             ledger: the in-memory ledger; only this store may touch it from now on.
             journal: where each change is committed before it is acknowledged.
             tracer: spans usage.record/shrink/release/reserve; None traces nothing.
-            max_watch_events: queue bound of each watcher.
+            hub: where changes go to WatchUsage streams (a default one when None).
             on_synced: told when the Kubernetes source has (or has lost) a full sync.
         """
         self._ledger = ledger
         self._journal = journal
         self._tracer = tracer or trace.NoOpTracer()
-        self._max_watch_events = max_watch_events
         self._lock = threading.Lock()
-        self._subscriptions: set[Subscription] = set()
-        self._wanted = WatchContent(0)
-        """The union of what the watchers asked for: a change's node snapshot (the costly part of
-        an event) is only built when a watcher wants nodes."""
+        self.hub = hub or WatchHub()
+        """The fan-out to WatchUsage streams; a change's node snapshot (the costly part of an
+        event) is only built when an attached watcher wants nodes (``hub.wanted``)."""
         self._metrics = _StoreMetrics()
         self._traceparents: dict[str, str] = {}
         """uid -> the pod's hami.io/traceparent, for spans about it that carry no pod."""
@@ -472,18 +366,19 @@ class UsageStore:
         for node_name in change.node_names:
             self._publish_node_gauge(node_name)
         self._publish_namespace_gauge(change.namespace)
-        if not self._subscriptions:
+        hub = self.hub
+        if not hub.watching:
             return
         kind = EventKind.POD_CHANGED if after is not None else EventKind.POD_FORGOTTEN
         items = (
             tuple(self._ledger.namespace_items(change.namespace).values())
-            if WatchContent.NAMESPACES in self._wanted
+            if WatchContent.NAMESPACES in hub.wanted
             else ()
         )
-        with_nodes = WatchContent.NODES in self._wanted
+        with_nodes = WatchContent.NODES in hub.wanted
         stored = after.usage if after is not None else ()
         revision = self._ledger.revision
-        self._publish(
+        hub.publish(
             [
                 UsageEvent(
                     kind,
@@ -554,9 +449,9 @@ class UsageStore:
     def _after_node_change(self, node_name: str) -> None:
         self._visible_revision = self._ledger.revision
         self._publish_node_gauge(node_name)
-        if self._subscriptions:
-            with_nodes = WatchContent.NODES in self._wanted
-            self._publish(
+        if self.hub.watching:
+            with_nodes = WatchContent.NODES in self.hub.wanted
+            self.hub.publish(
                 [
                     UsageEvent(
                         EventKind.NODE_REGISTERED,
@@ -604,8 +499,8 @@ class UsageStore:
                 )
                 items = tuple(self._ledger.namespace_items(namespace).values())
                 self._visible_revision = self._ledger.revision
-                if self._subscriptions:
-                    self._publish(
+                if self.hub.watching:
+                    self.hub.publish(
                         [
                             UsageEvent(
                                 EventKind.QUOTA_SET,
@@ -646,6 +541,12 @@ class UsageStore:
     def policy(self) -> AccountingPolicy:
         """The accounting policy the ledger decides under (fixed for the recorder's life)."""
         return self._ledger.policy
+
+    @property
+    def busy(self) -> bool:
+        """Whether another thread holds the lock right now (a call that would wait for it is
+        better not run on the server's event loop)."""
+        return self._lock.locked()
 
     @property
     def revision(self) -> int:
@@ -756,80 +657,60 @@ class UsageStore:
     # -- watchers ------------------------------------------------------------------------------
 
     def subscribe(
-        self,
-        send_initial_state: bool = False,
-        content: WatchContent = WatchContent.ALL,
-        *,
-        send_policy: bool = False,
-    ) -> Subscription:
-        """A watcher of every later change, optionally preceded by the initial state: with
-        ``send_policy`` a POLICY event (the policy every answer takes, whatever ``content`` asks
-        for), then SNAPSHOT events of every node and namespace (those ``content`` asks for); no
-        change falls between the snapshot and the first live event."""
+        self, stream: WatchStream, send_initial_state: bool, send_policy: bool = False
+    ) -> InitialState | None:
+        """Attaches a WatchUsage stream: it gets every later change, and with
+        ``send_initial_state`` first the initial state: with ``send_policy`` a POLICY event (the
+        policy every answer takes, whatever the content asks for), then a SNAPSHOT event per
+        node and namespace (those its content asks for), then INITIAL_STATE_COMPLETE; no change
+        falls between the initial state and the first live event. Blocks on the lock and
+        encodes the initial state: call it off the event loop."""
+        events: list[UsageEvent] | None = None
+        initial: InitialState | None = None
         with self._lock:
-            initial: list[UsageEvent] = []
+            revision = self._ledger.revision
             if send_initial_state:
-                revision = self._ledger.revision
-                if send_policy:
-                    initial.append(UsageEvent(EventKind.POLICY, revision, policy=self.policy))
-                if WatchContent.NODES in content:
-                    initial.extend(
-                        UsageEvent(EventKind.SNAPSHOT, revision, node=self._node_snapshot(name))
-                        for name in self._ledger.node_names()
-                    )
-                if WatchContent.NAMESPACES in content:
-                    initial.extend(
-                        UsageEvent(
-                            EventKind.SNAPSHOT,
-                            revision,
-                            namespace=namespace,
-                            namespace_items=tuple(
-                                self._ledger.namespace_items(namespace).values()
-                            ),
-                        )
-                        for namespace in self._ledger.namespaces()
-                    )
-            subscription = Subscription(
-                initial, self._max_watch_events, self._unsubscribe, content
+                initial = self.hub.initial_state(stream.content, send_policy, revision)
+                if initial is None:
+                    events = self._initial_events(stream.content, send_policy, revision)
+            self.hub.attach(stream)
+        if events is not None:
+            initial = self.hub.encode_initial_state(
+                stream.content, send_policy, revision, events
             )
-            self._subscriptions.add(subscription)
-            self._wanted |= content
-            return subscription
+        return initial
 
-    def _unsubscribe(self, subscription: Subscription) -> None:
-        with self._lock:
-            self._subscriptions.discard(subscription)
-            self._update_wanted()
-
-    def _update_wanted(self) -> None:
-        wanted = WatchContent(0)
-        for subscription in self._subscriptions:
-            wanted |= subscription.content
-        self._wanted = wanted
+    def _initial_events(
+        self, content: WatchContent, send_policy: bool, revision: int
+    ) -> list[UsageEvent]:
+        events: list[UsageEvent] = []
+        if send_policy:
+            events.append(UsageEvent(EventKind.POLICY, revision, policy=self.policy))
+        if WatchContent.NODES in content:
+            events.extend(
+                UsageEvent(EventKind.SNAPSHOT, revision, node=self._node_snapshot(name))
+                for name in self._ledger.node_names()
+            )
+        if WatchContent.NAMESPACES in content:
+            events.extend(
+                UsageEvent(
+                    EventKind.SNAPSHOT,
+                    revision,
+                    namespace=namespace,
+                    namespace_items=tuple(self._ledger.namespace_items(namespace).values()),
+                )
+                for namespace in self._ledger.namespaces()
+            )
+        return events
 
     def close_watchers(self) -> None:
         """Ends every watch stream (at shutdown)."""
-        with self._lock:
-            subscriptions = list(self._subscriptions)
-        for subscription in subscriptions:
-            subscription.close()
+        self.hub.end_all()
 
     @property
     def watcher_count(self) -> int:
-        with self._lock:
-            return len(self._subscriptions)
-
-    def _publish(self, events: Sequence[UsageEvent]) -> None:
-        # Called with the lock held; offer() never blocks, so a slow watcher cannot stall us.
-        for subscription in list(self._subscriptions):
-            if not subscription.offer(events):
-                self._subscriptions.discard(subscription)
-                self._update_wanted()
-                if subscription.overflowed:
-                    _LOG.warning(
-                        "dropped a usage watcher that fell behind",
-                        extra={"max_events": self._max_watch_events},
-                    )
+        """Watchers attached to the hub's log (a cut-off one is not)."""
+        return self.hub.attached_count
 
     # -- gauges --------------------------------------------------------------------------------
 

@@ -137,7 +137,8 @@ def test_the_daemon_runs_as_a_module_and_stops_on_sigterm(
         pod = kube_pod("llm", "main-ns", init=[container("convert-weights", 30720)],
                        apps=[container("server", 4096)])
         with client_channel(target) as channel:
-            response = checker(channel)(json_request(pod))
+            # Read-your-writes: the check waits until the daemon's cache has the quota.
+            response = checker(channel, after=recorder)(json_request(pod))
         assert not response.allowed and response.reason == "MemoryQuotaExceeded"
         answer = post(f"https://127.0.0.1:{webhook_port}/validate", cert, review(pod))
         assert answer.body["response"]["status"]["code"] == 403

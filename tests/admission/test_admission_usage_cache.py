@@ -18,6 +18,7 @@ from admission_support import (
     typed_request,
     wait_until,
 )
+from prometheus_client import REGISTRY
 
 from accounting.model import QuotaItem
 from hami.accounting.v1 import admission_pb2, usage_pb2_grpc
@@ -66,19 +67,47 @@ def test_the_cache_follows_the_recorders_changes(
                    "the new limit to reach the cache")
 
 
-def test_a_namespace_the_cache_has_not_seen_is_read_directly_and_kept(
+def _direct_reads() -> float:
+    """GetNamespaceUsage calls answered so far by the recorders of this test process."""
+    return REGISTRY.get_sample_value("hami_accounting_rpc_duration_seconds_count", {
+        "service": "usage", "method": "/hami.accounting.v1.UsageRecorder/GetNamespaceUsage",
+        "code": "OK"}) or 0.0
+
+
+def test_once_the_initial_state_is_complete_a_namespace_it_lacks_is_answered_without_a_read(
     start_admission_daemon: StartAdmission, recorder: Recorder
 ) -> None:
     recorder.set_quota("cache-seed", mib=1)
     daemon = start_admission_daemon(usage_cache="watch")
     source = _source(daemon)
-    assert source.wait_connected(10)
+    wait_until(lambda: source.complete, "the end of the initial state")
+    reads = _direct_reads()
 
     with client_channel(daemon.target) as channel:
         response = checker(channel)(_pod("cache-never-seen", 100))
 
     assert response.allowed
-    assert "cache-never-seen" in source.cached_namespaces()
+    assert item(response, MEMORY).used == 0
+    assert _direct_reads() == reads
+    assert "cache-never-seen" not in source.cached_namespaces()
+
+
+def test_a_cache_of_an_empty_recorder_is_complete_at_once(
+    start_recorder: StartRecorder, start_admission_daemon: StartAdmission,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    empty = start_recorder(data_dir=tmp_path_factory.mktemp("empty-recorder"))
+    daemon = start_admission_daemon(usage_cache="watch", usage_addr=empty.target)
+    source = _source(daemon)
+    # No node and no namespace: the INITIAL_STATE_COMPLETE event is the whole initial state.
+    wait_until(lambda: source.complete, "the end of an empty initial state")
+    reads = _direct_reads()
+
+    with client_channel(daemon.target) as channel:
+        response = checker(channel)(_pod("cache-on-empty", 100))
+
+    assert response.allowed
+    assert _direct_reads() == reads
 
 
 def test_reads_fall_back_to_the_recorder_while_the_stream_is_down_and_resume_after(

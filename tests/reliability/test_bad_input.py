@@ -681,7 +681,8 @@ class Watcher:
             for event in self._stream:
                 if event.kind == usage_pb2.USAGE_EVENT_KIND_SNAPSHOT:
                     self.initial += 1
-                    self._first.set()
+                elif event.kind == usage_pb2.USAGE_EVENT_KIND_INITIAL_STATE_COMPLETE:
+                    self._first.set()  # subscribed: any later event is a change
                 else:
                     self.events.append(event)
         except grpc.RpcError:

@@ -203,14 +203,11 @@ def start_scheduler(recorder: Recorder) -> Iterator[StartScheduler]:
                 return
             if recorder.app.handle.stopped:
                 return
-            store = recorder.app.store
-            revision = store.revision
-            # The initial state is one event per node and per namespace: with neither, no event
-            # carries the revision, and there is nothing to cache either.
-            if store.node_usage()[0] or store.namespaces():
-                assert cache.wait_for_revision(revision, RPC_TIMEOUT_S), (
-                    f"the node cache did not reach revision {revision}"
-                )
+            revision = recorder.app.store.revision
+            # The initial state ends with INITIAL_STATE_COMPLETE, also on an empty recorder.
+            assert cache.wait_for_revision(revision, RPC_TIMEOUT_S), (
+                f"the node cache did not reach revision {revision}"
+            )
 
         started = Scheduler(
             app, channel, scheduler_pb2_grpc.SchedulerStub(channel), exporter, sync

@@ -972,18 +972,19 @@ def test_a_watcher_gets_only_the_part_of_the_state_it_asked_for(stub: Stub) -> N
     everything = Watcher(stub, send_initial_state=True)
     namespaces = Watcher(stub, send_initial_state=True, content=K.WATCH_CONTENT_NAMESPACES)
     nodes = Watcher(stub, send_initial_state=True, content=K.WATCH_CONTENT_NODES)
-    assert [_shape(e) for e in namespaces.wait_for(1)] == [
-        (K.USAGE_EVENT_KIND_SNAPSHOT, NS, True, False)]
-    assert [_shape(e) for e in nodes.wait_for(1)] == [
-        (K.USAGE_EVENT_KIND_SNAPSHOT, "", False, True)]
-    everything.wait_for(2)
+    complete = (K.USAGE_EVENT_KIND_INITIAL_STATE_COMPLETE, "", False, False)
+    assert [_shape(e) for e in namespaces.wait_for(2)] == [
+        (K.USAGE_EVENT_KIND_SNAPSHOT, NS, True, False), complete]
+    assert [_shape(e) for e in nodes.wait_for(2)] == [
+        (K.USAGE_EVENT_KIND_SNAPSHOT, "", False, True), complete]
+    assert [_shape(e) for e in everything.wait_for(3)][-1] == complete
 
     record(stub, bound_seed_pod(init_statuses=[running("convert-weights")]), "typed")
     set_quota(stub, memory_mib=8192)
     register_node(stub, "node2", [gpu_device("GPU-2")])
 
     live = {name: watcher.wait_for(count)[-3:] for name, watcher, count in (
-        ("everything", everything, 5), ("namespaces", namespaces, 4), ("nodes", nodes, 4))}
+        ("everything", everything, 6), ("namespaces", namespaces, 5), ("nodes", nodes, 5))}
     assert [_shape(e) for e in live["everything"]] == [
         (K.USAGE_EVENT_KIND_POD_CHANGED, NS, True, True),
         (K.USAGE_EVENT_KIND_QUOTA_SET, NS, True, False),
@@ -1020,7 +1021,7 @@ def test_an_unknown_watch_content_is_invalid_and_named(stub: Stub) -> None:
 def test_each_write_returns_the_revision_of_the_event_that_shows_it(stub: Stub) -> None:
     set_quota(stub, memory_mib=1)
     watcher = Watcher(stub, send_initial_state=True)
-    watcher.wait_for(1)  # the quota's snapshot: subscribed, every later change is an event
+    watcher.wait_for(2)  # the quota's snapshot and the end of the initial state: subscribed
     node = stub.RegisterNode(usage_pb2.RegisterNodeRequest(
         kubernetes_node_json=to_json(kube_node(NODE, [gpu_device(GPU, memory_mib=CARD_MIB)]))),
         timeout=RPC_TIMEOUT_S)
@@ -1034,7 +1035,7 @@ def test_each_write_returns_the_revision_of_the_event_that_shows_it(stub: Stub) 
     quota = stub.SetQuota(usage_pb2.SetQuotaRequest(
         namespace=NS, limits={"limits.nvidia.com/gpumem": CARD_MIB}), timeout=RPC_TIMEOUT_S)
 
-    events = watcher.wait_for(5)[1:]
+    events = watcher.wait_for(6)[2:]
     assert [e.kind for e in events] == [
         K.USAGE_EVENT_KIND_NODE_REGISTERED,
         K.USAGE_EVENT_KIND_POD_CHANGED,
@@ -1053,11 +1054,14 @@ def test_each_write_returns_the_revision_of_the_event_that_shows_it(stub: Stub) 
 def test_watch_usage_reports_snapshot_then_every_change(stub: Stub) -> None:
     one_gpu_cluster(stub)
     watcher = Watcher(stub, send_initial_state=True)
-    snapshot = watcher.wait_for(2)
+    snapshot = watcher.wait_for(3)
     assert [(e.kind, e.node.node_name, e.namespace) for e in snapshot] == [
         (K.USAGE_EVENT_KIND_SNAPSHOT, NODE, ""),
         (K.USAGE_EVENT_KIND_SNAPSHOT, "", NS),
+        (K.USAGE_EVENT_KIND_INITIAL_STATE_COMPLETE, "", ""),
     ]
+    # Every event of the initial state carries the revision it was read at.
+    assert len({e.revision for e in snapshot}) == 1
     record(stub, bound_seed_pod(init_statuses=[running("convert-weights")]), "typed")
     record(stub, bound_seed_pod(phase="Running", init_statuses=[terminated("convert-weights")]),
            "typed")
@@ -1065,7 +1069,7 @@ def test_watch_usage_reports_snapshot_then_every_change(stub: Stub) -> None:
     set_quota(stub, memory_mib=8192)
     register_node(stub, "node2", [gpu_device("GPU-2")])
 
-    events = watcher.wait_for(7)[2:]
+    events = watcher.wait_for(8)[3:]
     assert [e.kind for e in events] == [
         K.USAGE_EVENT_KIND_POD_CHANGED,
         K.USAGE_EVENT_KIND_POD_CHANGED,

@@ -65,6 +65,11 @@ class _UsageEventKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_UsageE
     """The accounting policy in force (UsageEvent.policy): the first event of an
     initial state that asked for it (WatchUsageRequest.send_policy).
     """
+    USAGE_EVENT_KIND_INITIAL_STATE_COMPLETE: _UsageEventKind.ValueType  # 7
+    """The initial state is complete (sent with send_initial_state, also when the
+    recorder holds no node and no namespace): a cache that has applied every
+    event before this one is current as of its revision.
+    """
 
 class UsageEventKind(_UsageEventKind, metaclass=_UsageEventKindEnumTypeWrapper):
     """Kinds of change."""
@@ -83,6 +88,11 @@ USAGE_EVENT_KIND_QUOTA_SET: UsageEventKind.ValueType  # 5
 USAGE_EVENT_KIND_POLICY: UsageEventKind.ValueType  # 6
 """The accounting policy in force (UsageEvent.policy): the first event of an
 initial state that asked for it (WatchUsageRequest.send_policy).
+"""
+USAGE_EVENT_KIND_INITIAL_STATE_COMPLETE: UsageEventKind.ValueType  # 7
+"""The initial state is complete (sent with send_initial_state, also when the
+recorder holds no node and no namespace): a cache that has applied every
+event before this one is current as of its revision.
 """
 Global___UsageEventKind: _TypeAlias = UsageEventKind  # noqa: Y015
 
@@ -611,6 +621,7 @@ class WatchUsageRequest(_message.Message):
     SEND_INITIAL_STATE_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
     SEND_POLICY_FIELD_NUMBER: _builtins.int
+    ACCEPT_BATCHES_FIELD_NUMBER: _builtins.int
     send_initial_state: _builtins.bool
     """Send the current state of every node and namespace first (as events with
     kind SNAPSHOT), then changes.
@@ -628,16 +639,22 @@ class WatchUsageRequest(_message.Message):
     admission and scheduler daemons' caches ask for it: every answer they give
     from the stream is under the policy it started with.
     """
+    accept_batches: _builtins.bool
+    """The watcher can read batches: under load the recorder may then send
+    several events in one message (UsageEvent.batch). A watcher that leaves
+    this false gets one event per message.
+    """
     def __init__(
         self,
         *,
         send_initial_state: _builtins.bool = ...,
         content: Global___WatchContent.ValueType = ...,
         send_policy: _builtins.bool = ...,
+        accept_batches: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "send_initial_state", b"send_initial_state", "send_policy", b"send_policy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_batches", b"accept_batches", "content", b"content", "send_initial_state", b"send_initial_state", "send_policy", b"send_policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -694,6 +711,7 @@ class UsageEvent(_message.Message):
     NODE_FIELD_NUMBER: _builtins.int
     STORED_FIELD_NUMBER: _builtins.int
     POLICY_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     """Monotonic ledger revision after the change."""
     kind: Global___UsageEventKind.ValueType
@@ -715,6 +733,13 @@ class UsageEvent(_message.Message):
     def policy(self) -> _types_pb2.AccountingPolicy:
         """The accounting policy, on USAGE_EVENT_KIND_POLICY events."""
 
+    @_builtins.property
+    def batch(self) -> _containers.RepeatedCompositeFieldContainer[Global___UsageEvent]:
+        """Several events in one message, in revision order (only to a watcher that
+        set accept_batches). A message with a batch carries nothing else: read
+        each of its events as if it had come in a message of its own.
+        """
+
     def __init__(
         self,
         *,
@@ -726,10 +751,11 @@ class UsageEvent(_message.Message):
         node: _types_pb2.NodeUsage | None = ...,
         stored: _abc.Iterable[_types_pb2.DeviceUsage] | None = ...,
         policy: _types_pb2.AccountingPolicy | None = ...,
+        batch: _abc.Iterable[Global___UsageEvent] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["node", b"node", "policy", b"policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "namespace", b"namespace", "namespace_items", b"namespace_items", "node", b"node", "pod_uid", b"pod_uid", "policy", b"policy", "revision", b"revision", "stored", b"stored"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "kind", b"kind", "namespace", b"namespace", "namespace_items", b"namespace_items", "node", b"node", "pod_uid", b"pod_uid", "policy", b"policy", "revision", b"revision", "stored", b"stored"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -155,6 +155,12 @@ class UsageRecorderServicer:
 
     def WatchUsage(self, request, context):
         """A stream of changes, for caches in the admission and scheduler daemons.
+        With send_initial_state the current state comes first, ended by an
+        INITIAL_STATE_COMPLETE event. The stream ends with RESOURCE_EXHAUSTED when
+        the recorder already has its cap of open streams (the message names the
+        cap; retry with backoff), or when the watcher fell so far behind that its
+        bounded buffer filled (the message says so; watch again with
+        send_initial_state). A watcher never slows the recorder's writes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -58,7 +58,14 @@ class UsageRecorderStub:
     SetQuota: _grpc.UnaryUnaryMultiCallable[_usage_pb2.SetQuotaRequest, _usage_pb2.SetQuotaResponse]
     """Sets a namespace's quota limits, like a ResourceQuota's spec.hard."""
     WatchUsage: _grpc.UnaryStreamMultiCallable[_usage_pb2.WatchUsageRequest, _usage_pb2.UsageEvent]
-    """A stream of changes, for caches in the admission and scheduler daemons."""
+    """A stream of changes, for caches in the admission and scheduler daemons.
+    With send_initial_state the current state comes first, ended by an
+    INITIAL_STATE_COMPLETE event. The stream ends with RESOURCE_EXHAUSTED when
+    the recorder already has its cap of open streams (the message names the
+    cap; retry with backoff), or when the watcher fell so far behind that its
+    bounded buffer filled (the message says so; watch again with
+    send_initial_state). A watcher never slows the recorder's writes.
+    """
     GetPolicy: _grpc.UnaryUnaryMultiCallable[_usage_pb2.GetPolicyRequest, _usage_pb2.GetPolicyResponse]
     """The accounting policy in force: everything that changes an answer. The
     admission and scheduler daemons answer under it.
@@ -94,7 +101,14 @@ class UsageRecorderAsyncStub(UsageRecorderStub):
     SetQuota: _aio.UnaryUnaryMultiCallable[_usage_pb2.SetQuotaRequest, _usage_pb2.SetQuotaResponse]  # type: ignore[assignment]
     """Sets a namespace's quota limits, like a ResourceQuota's spec.hard."""
     WatchUsage: _aio.UnaryStreamMultiCallable[_usage_pb2.WatchUsageRequest, _usage_pb2.UsageEvent]  # type: ignore[assignment]
-    """A stream of changes, for caches in the admission and scheduler daemons."""
+    """A stream of changes, for caches in the admission and scheduler daemons.
+    With send_initial_state the current state comes first, ended by an
+    INITIAL_STATE_COMPLETE event. The stream ends with RESOURCE_EXHAUSTED when
+    the recorder already has its cap of open streams (the message names the
+    cap; retry with backoff), or when the watcher fell so far behind that its
+    bounded buffer filled (the message says so; watch again with
+    send_initial_state). A watcher never slows the recorder's writes.
+    """
     GetPolicy: _aio.UnaryUnaryMultiCallable[_usage_pb2.GetPolicyRequest, _usage_pb2.GetPolicyResponse]  # type: ignore[assignment]
     """The accounting policy in force: everything that changes an answer. The
     admission and scheduler daemons answer under it.
@@ -181,7 +195,14 @@ class UsageRecorderServicer(metaclass=_abc_1.ABCMeta):
         request: _usage_pb2.WatchUsageRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_usage_pb2.UsageEvent], _abc.AsyncIterator[_usage_pb2.UsageEvent]]:
-        """A stream of changes, for caches in the admission and scheduler daemons."""
+        """A stream of changes, for caches in the admission and scheduler daemons.
+        With send_initial_state the current state comes first, ended by an
+        INITIAL_STATE_COMPLETE event. The stream ends with RESOURCE_EXHAUSTED when
+        the recorder already has its cap of open streams (the message names the
+        cap; retry with backoff), or when the watcher fell so far behind that its
+        bounded buffer filled (the message says so; watch again with
+        send_initial_state). A watcher never slows the recorder's writes.
+        """
 
     @_abc_1.abstractmethod
     def GetPolicy(

@@ -1,0 +1,397 @@
+"""The usage recorder's server: grpc.aio on an event loop of its own, unary calls on a pool.
+
+Layer: services (runtime). ``build_aio_server`` gives the same daemon shape as ``build_server``
+(the call-telemetry interceptor, standard health and reflection, plaintext or (mutual) TLS,
+message limits, the decode guard) with one difference: a handler written as a coroutine or an
+async generator (the recorder's ``WatchUsage``, the health service) runs on the server's event
+loop, and every other handler (the recorder's unary calls, unchanged) on a thread pool of
+``max_workers``. A stream therefore never holds a thread: with Python grpc's thread-pool server
+each open stream held one of the 16 workers for its whole life, and 16 open streams left no
+thread for a unary call or a health check (docs/design.md, "The hub holds under many replicas",
+has the measurements behind this choice).
+
+Health is the asyncio implementation of grpcio-health-checking, on the event loop: a probe is
+answered even while every pool thread is busy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Collection, Sequence
+from concurrent import futures
+from typing import Any
+
+import grpc
+from grpc_health.v1 import _async as health_aio  # what grpc_health.v1.health exports as aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from opentelemetry.sdk.trace import TracerProvider
+
+from services.common import call_telemetry
+from services.common.call_telemetry import CallTelemetryInterceptor
+from services.common.config import TlsConfig, parse_host_port
+from services.common.server import (
+    _WILDCARD_HOSTS,
+    DEFAULT_GRACE_S,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    LIVENESS_SERVICE,
+    _bind,
+    _daemon_name,
+    _DecodeGuard,
+    _message_options,
+    _tls_mode,
+)
+
+_LOG = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 30.0
+"""How long building and starting the server on its loop may take."""
+
+
+class AioServerHandle:
+    """A started aio server and its event-loop thread; ``stop`` ends both (idempotent)."""
+
+    def __init__(
+        self,
+        *,
+        loop: asyncio.AbstractEventLoop,
+        thread: threading.Thread,
+        server: grpc.aio.Server,
+        port: int,
+        health_servicer: health_aio.HealthServicer,
+        service_names: Sequence[str],
+        listen_addr: str,
+        executor: futures.ThreadPoolExecutor,
+    ) -> None:
+        self.loop = loop
+        """The event loop the server, its streams and its health service run on."""
+        self._thread = thread
+        self.server = server
+        self.port = port
+        """The bound port (the real one when listen_addr asked for port 0)."""
+        self.health = health_servicer
+        self.service_names = tuple(service_names)
+        self.listen_addr = listen_addr
+        self._executor = executor
+        self._stopped = threading.Event()
+        self._stop_lock = threading.Lock()
+
+    @property
+    def target(self) -> str:
+        """An address a client on this machine can dial, e.g. ``127.0.0.1:50053``."""
+        host, _ = parse_host_port(self.listen_addr)
+        if host in _WILDCARD_HOSTS:
+            host = "127.0.0.1"
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"{host}:{self.port}"
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def set_serving(self, serving: bool) -> None:
+        """Sets the overall ("") health status and each registered service's (any thread)."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        self._on_loop(self._set_all(("", *self.service_names), status))
+
+    def set_health(
+        self, service: str, status: health_pb2.HealthCheckResponse.ServingStatus
+    ) -> None:
+        """Sets one health service's status (any thread)."""
+        self._on_loop(self.health.set(service, status))
+
+    async def _set_all(
+        self, names: Sequence[str], status: health_pb2.HealthCheckResponse.ServingStatus
+    ) -> None:
+        for name in names:
+            await self.health.set(name, status)
+
+    def _on_loop(self, coroutine: Any) -> None:
+        if self.stopped or self.loop.is_closed():
+            coroutine.close()
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            self.loop.create_task(coroutine)
+            return
+        asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=START_TIMEOUT_S)
+
+    def stop(self, grace_s: float = DEFAULT_GRACE_S) -> None:
+        """Reports NOT_SERVING, lets in-flight calls finish for up to ``grace_s``, then stops
+        the server and its loop."""
+        with self._stop_lock:
+            if self._stopped.is_set():
+                return
+            try:
+                asyncio.run_coroutine_threadsafe(self._stop(grace_s), self.loop).result(
+                    timeout=grace_s + START_TIMEOUT_S
+                )
+            finally:
+                self.loop.call_soon_threadsafe(self.loop.stop)
+                self._thread.join(timeout=START_TIMEOUT_S)
+                self._executor.shutdown(wait=False, cancel_futures=True)
+                self._stopped.set()
+
+    async def _stop(self, grace_s: float) -> None:
+        # Health watchers (kubelet, load balancers) learn first, so no new calls arrive.
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace_s)
+
+    def wait(self) -> None:
+        """Blocks until the server has stopped."""
+        self._stopped.wait()
+
+
+class UnaryCalls:
+    """The unary calls a server is answering, counted on its event loop: work on the loop that
+    can wait (the WatchUsage fan-out) gives way to them, so a write or a read is not slowed by
+    the messages to the watchers of earlier writes. ``listeners`` are called (on the loop)
+    whenever a call starts or ends."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.last_end_s = float("-inf")
+        """``loop.time()`` when the last call ended."""
+        self.listeners: list[Callable[[bool], None]] = []
+        """Called with True when a call starts, False when it ends."""
+
+    def started(self) -> None:
+        self.in_flight += 1
+        for listener in self.listeners:
+            listener(True)
+
+    def ended(self, now_s: float) -> None:
+        self.in_flight -= 1
+        self.last_end_s = now_s
+        for listener in self.listeners:
+            listener(False)
+
+
+class _PoolContext:
+    """The servicer context a synchronous handler sees on the pool thread: the aio call's,
+    with ``abort`` run on the event loop, and ``code()`` / ``details()`` after an abort (the
+    call telemetry and the error mapping read them)."""
+
+    __slots__ = ("_code", "_details", "_inner", "_loop")
+
+    def __init__(
+        self, inner: grpc.aio.ServicerContext[Any, Any], loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._inner = inner
+        self._loop = loop
+        self._code: grpc.StatusCode | None = None
+        self._details: str | None = None
+
+    def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        self._code, self._details = code, details
+        # Raises the call's AbortError once the status is on its way.
+        asyncio.run_coroutine_threadsafe(self._inner.abort(code, details), self._loop).result()
+
+    def code(self) -> grpc.StatusCode | None:
+        return self._code
+
+    def details(self) -> str | None:
+        return self._details
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _InlineAbort(grpc.aio.AbortError):
+    """An abort by a handler running on the event loop: the status is sent once it returns."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class _InlineContext(_PoolContext):
+    """The servicer context a synchronous handler sees on the event loop itself: ``abort``
+    raises, and the coroutine around the handler sends the status."""
+
+    __slots__ = ()
+
+    def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        self._code, self._details = code, details
+        raise _InlineAbort(code, details)
+
+
+def _dispatcher(
+    behavior: Callable[..., Any],
+    executor: futures.ThreadPoolExecutor,
+    calls: UnaryCalls,
+    inline: bool,
+    inline_unless: Callable[[], bool] | None,
+) -> Callable[..., Any]:
+    """A synchronous unary handler as a coroutine, counted in ``calls``: run on the event
+    loop itself when ``inline`` (unless ``inline_unless()`` says it could block there now),
+    else on the pool."""
+
+    async def dispatch(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        calls.started()
+        try:
+            if inline and (inline_unless is None or not inline_unless()):
+                try:
+                    return behavior(request, _InlineContext(context, loop))
+                except _InlineAbort as abort:
+                    await context.abort(abort.code, abort.details)
+            return await loop.run_in_executor(
+                executor, behavior, request, _PoolContext(context, loop)
+            )
+        finally:
+            calls.ended(loop.time())
+
+    return dispatch
+
+
+class _AioCallTelemetry(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """``CallTelemetryInterceptor`` on the aio server, per call; synchronous unary handlers
+    become coroutines that run them on the loop or the pool (``_dispatcher``)."""
+
+    def __init__(
+        self,
+        inner: CallTelemetryInterceptor,
+        executor: futures.ThreadPoolExecutor,
+        calls: UnaryCalls,
+        inline_methods: frozenset[str],
+        inline_unless: Callable[[], bool] | None,
+    ) -> None:
+        self._inner = inner
+        self._executor = executor
+        self._calls = calls
+        self._inline_methods = inline_methods
+        self._inline_unless = inline_unless
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        observed: Any = self._inner.intercept_service(lambda _details: handler,
+                                                      handler_call_details)
+        if observed is None or observed.unary_unary is None or asyncio.iscoroutinefunction(
+            observed.unary_unary
+        ):
+            return observed
+        inline = handler_call_details.method in self._inline_methods
+        return observed._replace(unary_unary=_dispatcher(
+            observed.unary_unary, self._executor, self._calls, inline, self._inline_unless
+        ))
+
+
+def build_aio_server(
+    *,
+    service_names: Sequence[str],
+    register: Callable[[grpc.aio.Server], None],
+    listen_addr: str,
+    tls: TlsConfig | None = None,
+    tracer_provider: TracerProvider | None = None,
+    max_workers: int = 16,
+    serving: bool = True,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    metrics_service: str | None = None,
+    unary_calls: UnaryCalls | None = None,
+    inline_methods: Collection[str] = (),
+    inline_unless: Callable[[], bool] | None = None,
+) -> AioServerHandle:
+    """Builds, binds and starts a grpc.aio server on a new event-loop thread.
+
+    Arguments as ``services.common.server.build_server``; ``max_workers`` is the pool that runs
+    synchronous handlers (streams and health do not use it); ``unary_calls`` counts the unary
+    calls in flight (for work on the loop that gives way to them). The synchronous unary
+    methods named in ``inline_methods`` (full names, ``/package.Service/Method``) run on the
+    event loop itself, saving two thread switches per call, unless ``inline_unless()`` is true
+    when the call arrives (they could block: run them on the pool then). Only name methods
+    that never wait on I/O or on a long-held lock.
+
+    Raises:
+        ServerStartError: the address cannot be bound or the certificates cannot be read.
+    """
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=_run_loop, args=(loop,), name="grpc-aio", daemon=True)
+    thread.start()
+    executor = futures.ThreadPoolExecutor(max_workers=max_workers,
+                                          thread_name_prefix="grpc-server")
+    interceptor = _AioCallTelemetry(
+        CallTelemetryInterceptor(
+            metrics_service or _daemon_name(service_names),
+            tracer_provider.get_tracer(call_telemetry.__name__) if tracer_provider else None,
+        ),
+        executor,
+        unary_calls or UnaryCalls(),
+        frozenset(inline_methods),
+        inline_unless,
+    )
+
+    async def start() -> tuple[grpc.aio.Server, int, health_aio.HealthServicer]:
+        options = [
+            *_message_options(max_message_bytes),
+            # Without this a second server on the same port binds too (SO_REUSEPORT) and the
+            # two share traffic silently; a daemon must fail instead.
+            ("grpc.so_reuseport", 0),
+        ]
+        server = grpc.aio.server(
+            migration_thread_pool=executor, interceptors=[interceptor], options=options
+        )
+        register(_DecodeGuard(server))  # type: ignore[arg-type]  # a proxy of the server
+        health_servicer = health_aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection(
+            (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        port = _bind(server, listen_addr, tls)  # type: ignore[arg-type]  # same port API
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", *service_names):
+            await health_servicer.set(name, status)
+        await health_servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        await server.start()
+        return server, port, health_servicer
+
+    try:
+        server, port, health_servicer = asyncio.run_coroutine_threadsafe(start(), loop).result(
+            timeout=START_TIMEOUT_S
+        )
+    except BaseException:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=START_TIMEOUT_S)
+        executor.shutdown(wait=False)
+        raise
+    _LOG.info("gRPC server listening", extra={"listen_addr": listen_addr, "port": port,
+                                              "tls": _tls_mode(tls), "streams": "asyncio"})
+    return AioServerHandle(
+        loop=loop,
+        thread=thread,
+        server=server,
+        port=port,
+        health_servicer=health_servicer,
+        service_names=service_names,
+        listen_addr=listen_addr,
+        executor=executor,
+    )
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
