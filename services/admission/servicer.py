@@ -6,10 +6,15 @@ reads the namespace's usage, and calls the accounting (``effective_request``, ``
 for the arithmetic. ``AdmissionServicer`` validates and converts the request, calls the checker
 and converts the outcome; errors become status codes in ``map_errors``.
 
-Tracing: the check is the span ``admission.check_quota``. It continues the pod's trace when the
-pod carries a valid ``hami.io/traceparent`` annotation; otherwise it is the root of a new trace
-(the pod's), linked to the RPC's span. The response's ``traceparent`` is that span's, for the
-caller to store in the annotation.
+Tracing: a check that starts the pod's trace (the pod carries no valid ``hami.io/traceparent``
+annotation) does so in the CheckQuota call's own SERVER span when the caller sent no trace
+context: that span then is the pod's root span and carries the pod and the decision, one span
+per check (ARCHITECTURE.md §6; a second span cost more than tracing's budget). When the caller
+did send trace context, the RPC span belongs to the caller's trace, and the check is the span
+``admission.check_quota``, the root of a new trace (the pod's), linked to the RPC's span; so is
+a check from the AdmissionReview endpoint, which has no RPC span. A pod that carries the
+annotation gets ``admission.check_quota`` on its existing trace. The response's
+``traceparent`` is the pod trace's span, for the caller to store in the annotation.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from services.admission import convert
 from services.admission.usage_source import UsageSource
 from services.common import convert as common
 from services.common import telemetry
+from services.common.call_telemetry import root_server_span
 from services.common.errors import map_errors
 from services.common.metrics import record_decision
 from services.common.policy import (
@@ -69,7 +75,8 @@ PodReader = Callable[[tuple[VendorResources, ...]], Pod]
 
 @contextmanager
 def _pod_trace_span(tracer: trace.Tracer, pod: Pod, via: str) -> Iterator[trace.Span]:
-    """The check's span: on the pod's trace when it has one, else the root of a new one."""
+    """The check's span: on the pod's trace when it has one; else the call's own SERVER span
+    when that starts a new trace; else the root of a new one (module docstring)."""
     if isinstance(tracer, trace.NoOpTracer):
         yield trace.INVALID_SPAN  # tracing is off: no span, no context switch
         return
@@ -77,6 +84,14 @@ def _pod_trace_span(tracer: trace.Tracer, pod: Pod, via: str) -> Iterator[trace.
     if telemetry.context_from_traceparent(annotation) is not None:
         with telemetry.pod_span(tracer, SPAN_NAME, pod, attributes={"via": via}) as span:
             yield span
+        return
+    root = root_server_span()
+    if root is not None:
+        # The caller sent no trace context: the RPC's span is the pod's root span.
+        root.set_attributes(
+            {**telemetry.pod_attributes(pod), telemetry.ATTR_PREFIX + "via": via}
+        )
+        yield root
         return
     current = trace.get_current_span().get_span_context()
     links = [trace.Link(current)] if current.is_valid else []

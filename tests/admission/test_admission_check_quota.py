@@ -424,6 +424,9 @@ def test_a_pod_with_a_traceparent_annotation_continues_its_trace(
     assert match["span"] != "00f067aa0ba902b7"
 
 
+CHECK_QUOTA_RPC = "/hami.accounting.v1.Admission/CheckQuota"
+
+
 def test_the_check_span_carries_the_pod_and_the_decision(
     start_admission_daemon: StartAdmission, recorder: Recorder, spans: Any
 ) -> None:
@@ -439,30 +442,42 @@ def test_the_check_span_carries_the_pod_and_the_decision(
         # A traceparent in the gRPC metadata belongs to the caller's request, not to the pod.
         from hami.accounting.v1 import admission_pb2_grpc
 
-        admission_pb2_grpc.AdmissionStub(channel).CheckQuota(
+        second_response = admission_pb2_grpc.AdmissionStub(channel).CheckQuota(
             pod.typed(namespace, name="second"), timeout=10,
             metadata=[("traceparent", rpc_parent)],
         )
 
-    checks = [s for s in exporter.get_finished_spans() if s.name == "admission.check_quota"]
-    assert len(checks) == 2
-    span = checks[0]
+    finished = exporter.get_finished_spans()
+    # Without trace context from the caller, the CheckQuota server span is the pod's root
+    # span: the check makes no span of its own.
+    first = [s for s in finished if dict(s.attributes or {}).get("hami.accounting.pod.name")
+             == "checked"]
+    assert [(s.name, s.kind.name) for s in first] == [(CHECK_QUOTA_RPC, "SERVER")]
+    span = first[0]
     attributes = dict(span.attributes or {})
     assert attributes["hami.accounting.pod.uid"] == f"uid-{namespace}-checked"
     assert attributes["hami.accounting.pod.namespace"] == namespace
-    assert attributes["hami.accounting.pod.name"] == "checked"
     assert attributes["hami.accounting.effective.memory_mib"] == 30720
     assert attributes["hami.accounting.effective.core_percent"] == 20
     assert attributes["hami.accounting.effective.count"] == 1
     assert attributes["hami.accounting.decision"] == "deny"
     assert attributes["hami.accounting.reason"] == "MemoryQuotaExceeded"
+    assert attributes["rpc.method"] == "CheckQuota"
     assert span.parent is None, "the check starts the pod's trace"
     assert f"{span.context.trace_id:032x}" in response.traceparent
     assert f"{span.context.span_id:016x}" in response.traceparent
-    second = checks[1]
+    # With the caller's trace context, the RPC span is in the caller's trace; the pod's trace
+    # starts in admission.check_quota, linked to it.
+    checks = [s for s in finished if s.name == "admission.check_quota"]
+    assert len(checks) == 1
+    second = checks[0]
+    assert dict(second.attributes or {})["hami.accounting.pod.name"] == "second"
     assert second.parent is None
     assert f"{second.context.trace_id:032x}" != "1" * 32
     assert [f"{link.context.trace_id:032x}" for link in second.links] == ["1" * 32]
+    assert f"{second.context.span_id:016x}" in second_response.traceparent
+    rpc = [s for s in finished if s.name == CHECK_QUOTA_RPC and s.parent is not None]
+    assert [f"{s.context.trace_id:032x}" for s in rpc] == ["1" * 32]
 
 
 def test_decisions_are_counted_in_metrics(check: CheckFn, recorder: Recorder) -> None:
