@@ -6,13 +6,12 @@ Layer: services/admission (adapter). Two sources with one method, ``namespace_it
   copy of every namespace's quota items, fed by ``WatchUsage(send_initial_state=True)`` in a
   background thread (``services.common.usage_watch``), and reads directly while the stream is
   down (the copy is dropped when the stream breaks and rebuilt from the next stream's initial
-  state) and until its initial state is complete. Once the ``INITIAL_STATE_COMPLETE`` event
-  has arrived the copy holds every namespace with usage or limits, and every later change to
-  one arrives as an event: a namespace the copy does not hold has neither, and is answered as
-  such without a read (also on a recorder that holds nothing at all). Before that, a namespace
-  not seen yet is read directly, and the read is kept once the stream has delivered an event
-  (the recorder has then subscribed it, so no change can fall between the read and the
-  stream).
+  state). A namespace the copy does not hold yet (one that had neither usage nor limits, or a
+  change the stream has not delivered yet) is read directly, so a check in a namespace just
+  given its quota sees it; the read is kept once the stream's initial state is complete (its
+  ``INITIAL_STATE_COMPLETE`` event, which comes also from a recorder that holds nothing): the
+  recorder has then subscribed the stream, so every later change arrives as an event and no
+  change can fall between the read and the stream. Each namespace is read directly once.
 * ``RecorderUsageSource`` (``HAMI_ACCOUNTING_USAGE_CACHE=off``) calls
   ``UsageRecorder.GetNamespaceUsage`` for every check, with a deadline (2 s by default): each
   answer is what the recorder had acknowledged when it answered. The cache also uses it for the
@@ -74,8 +73,6 @@ stream)."""
 
 QuotaItems = Mapping[str, QuotaItem]
 """A namespace's quota items keyed by resource name (nvidia.com/gpumem, ...)."""
-_NOTHING: QuotaItems = MappingProxyType({})
-"""The items of a namespace with neither usage nor limits."""
 
 
 def should_wait_for_revision(min_revision: int, applied_revision: int) -> bool:
@@ -183,8 +180,7 @@ class WatchedUsageSource:
         self._cache: dict[str, QuotaItems] = {}
         self._live = False
         self._complete = False
-        """The current stream's initial state is complete: what the copy lacks, the recorder
-        lacks too."""
+        """The current stream's initial state is complete: the recorder has subscribed it."""
         self._revision = -1
         """Revision of the last event applied on the current stream (-1: none yet)."""
         self._min_revision_wait_s = min_revision_wait_s
@@ -250,17 +246,16 @@ class WatchedUsageSource:
                     self._min_revision_wait_s,
                 )
             live, generation = self._live, self._generation
-            # The stream has delivered an event: the recorder has subscribed it, so every change
-            # after this moment arrives as an event.
-            receiving = self._revision >= 0
-            current = live and self._revision >= min_revision
-            cached = self._cache.get(namespace) if current else None
-            if cached is None and current and self._complete:
-                cached = _NOTHING  # the recorder has neither usage nor limits there
+            # The initial state is complete: the recorder has subscribed the stream, so every
+            # change after this moment arrives as an event.
+            complete = self._complete
+            cached = (
+                self._cache.get(namespace) if live and self._revision >= min_revision else None
+            )
         if cached is not None:
             return cached
         items = self._direct.namespace_items(namespace)
-        if live and receiving:
+        if live and complete:
             # Kept only when no change can fall between the read and the stream: a read taken
             # before the recorder subscribed the stream could miss a change for good.
             with self._lock:

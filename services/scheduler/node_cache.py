@@ -15,10 +15,8 @@ answer for:
 * every candidate while no stream is open (before the first connection, after a failure, until
   the reconnection — with backoff — delivers events again): the cache is then off and Filter
   works exactly as with ``HAMI_ACCOUNTING_NODE_CACHE=off``;
-* a node the stream has not described yet while the initial state is still arriving. Once its
-  ``INITIAL_STATE_COMPLETE`` event has arrived, the copy has a SNAPSHOT of every registered
-  node and every later registration arrives as an event: a candidate the stream never named
-  is not registered, and is answered so without a read;
+* a node the stream has not described (the initial state is still arriving, a candidate the
+  recorder does not know, or a registration the stream has not delivered yet);
 * a node whose event carried no devices: WatchUsage sends the same empty ``NodeUsage`` for a
   node that was dropped, a node that never was registered but has pods charged on it, and a
   node registered with an empty inventory, so only a direct read tells them apart;
@@ -27,9 +25,10 @@ answer for:
 
 A direct read's answer is kept — including "not registered", so that candidates without GPUs
 (which the recorder never learns of) are not read again on every Filter — when it cannot be
-older than what the stream delivers: the read started after the current stream delivered its
-first event (the recorder had subscribed it, so every later change arrives as an event), and no
-event about that node was applied since the read started.
+older than what the stream delivers: the read started after the current stream's initial state
+was complete (its ``INITIAL_STATE_COMPLETE`` event, which comes also from a recorder that holds
+nothing: the recorder had subscribed the stream, so every later change arrives as an event),
+and no event about that node was applied since the read started.
 
 How stale the copy can be: by one event's propagation delay while the stream is up (the
 recorder queues the event when it commits the change, before it answers the writer; the stream
@@ -126,14 +125,8 @@ class NodeCache:
         self._touched: dict[str, int] = {}
         """Node name -> value of ``_applied`` when an event about it was last applied."""
         self._applied = 0
-        self._receiving = False
-        """The current stream has delivered an event: the recorder has subscribed it."""
         self._complete = False
-        """The current stream's initial state is complete: a node it never named is not
-        registered."""
-        self._empty: set[str] = set()
-        """Nodes whose last event carried no devices (dropped, never registered but charged,
-        or registered empty): only a direct read tells which."""
+        """The current stream's initial state is complete: the recorder has subscribed it."""
         self._live = False
         self._generation = 0
         self._revision = -1
@@ -200,20 +193,13 @@ class NodeCache:
             live = self._live
             nodes = self._nodes
             generation = self._generation
-            started = self._applied if self._receiving else None
-            complete = self._complete
-            empty = frozenset(self._empty) if complete else frozenset()
+            started = self._applied if self._complete else None
         if not live:
             return self._direct.snapshot(node_names, namespace, timeout_s)
         get = nodes.get
-        entries: list[_Entry | Literal[_Unknown.NODE]]
-        if complete:
-            # Never named by the stream since its initial state: not registered.
-            entries = [
-                get(name, _UNKNOWN if name in empty else None) for name in node_names
-            ]
-        else:
-            entries = [get(name, _UNKNOWN) for name in node_names]
+        entries: list[_Entry | Literal[_Unknown.NODE]] = [
+            get(name, _UNKNOWN) for name in node_names
+        ]
         if refresh:
             entries = [
                 _UNKNOWN if name in refresh else entry
@@ -271,9 +257,7 @@ class NodeCache:
             self._nodes = {}
             self._touched = {}
             self._applied = 0
-            self._receiving = False
             self._complete = False
-            self._empty = set()
             self._revision = -1
             self._generation += 1
             self._live = live
@@ -290,17 +274,14 @@ class NodeCache:
             if event.node.devices:
                 state = convert.node_state_from_pb(event.node)
         with self._lock:
-            self._receiving = True
             if name:
                 self._applied += 1
                 self._touched[name] = self._applied
                 if state is None:
                     # Dropped, never registered, or registered without devices: ask directly.
                     self._nodes.pop(name, None)
-                    self._empty.add(name)
                 else:
                     self._nodes[name] = state
-                    self._empty.discard(name)
             elif event.kind == usage_pb2.USAGE_EVENT_KIND_INITIAL_STATE_COMPLETE:
                 self._complete = True
             self._revision = event.revision

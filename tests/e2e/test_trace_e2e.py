@@ -374,10 +374,12 @@ def test_checkquota_starts_the_trace_and_its_span_is_the_traceparent(
     assert check.kind == "SERVER"
     # One span per check: the server span is the check, with no second check span.
     assert not [s for s in traced.spans if s.name == "admission.check_quota"]
-    # The admission daemon's only other spans on the pod's trace are its reads of the recorder.
-    assert {(s.name, s.kind) for s in traced.spans if s.trace_id == run.trace_id
-            and s.service == "hami-accounting-admission" and s.span_id != check.span_id} <= {
-        ("/hami.accounting.v1.UsageRecorder/GetNamespaceUsage", "CLIENT")}
+    # The admission daemon's only other spans on the pod's trace are its reads of the recorder
+    # (usage, policy), as CLIENT spans.
+    others = {(s.name.rsplit("/", 2)[1], s.kind) for s in traced.spans
+              if s.trace_id == run.trace_id and s.service == "hami-accounting-admission"
+              and s.span_id != check.span_id}
+    assert others <= {("hami.accounting.v1.UsageRecorder", "CLIENT")}, traced.tree(run)
 
 
 @pytest.mark.parametrize("which", ["md", "annotation"])

@@ -183,12 +183,12 @@ def test_the_cache_follows_registrations_recorded_and_forgotten_pods(
     assert [names for names in client.node_reads if names] == [("node1",)], client.node_reads
 
 
-def test_a_candidate_the_complete_initial_state_never_named_is_unregistered_without_a_read(
+def test_an_unregistered_candidate_is_read_once_until_it_registers(
     recorder: Recorder, cached_placer: CacheFactory
 ) -> None:
     recorder.register_node("node1", [gpu_device("GPU-1", memory_mib=HALF_MIB)])
     cache, client, stub = cached_placer(recorder.target)
-    synced(cache, recorder)  # INITIAL_STATE_COMPLETE applied: every registered node is known
+    synced(cache, recorder)
 
     first = filter_pod(stub, pod_of("a", HALF_MIB), ["ghost", "node1"])
     assert dict(first.failed_nodes) == {"ghost": "node unregistered"}
@@ -196,8 +196,8 @@ def test_a_candidate_the_complete_initial_state_never_named_is_unregistered_with
     # node1 is full now and ghost is still unknown, both answered from the cache.
     assert dict(second.failed_nodes) == {
         "ghost": "node unregistered", "node1": "1/1 CardInsufficientMemory"}
-    # Only the quota was read, and the last read confirmed the cache's "no node fits" directly.
-    assert client.node_reads == [(), (), ("ghost", "node1")]
+    # The last read confirmed the cache's "no node fits" directly.
+    assert client.node_reads == [("ghost",), (), ("ghost", "node1")]
 
     # Registering the node replaces the "not registered" answer through its event.
     recorder.register_node("ghost", [gpu_device("GPU-g", memory_mib=CARD_MIB)])
