@@ -55,11 +55,18 @@ class CountingRule(enum.Enum):
 
     def counted_class(self, declared: ContainerClass) -> ContainerClass:
         """The class a container declared as ``declared`` is counted as under this rule."""
-        if self is CountingRule.SUMMED:
-            return ContainerClass.APP
-        if self is CountingRule.HAMI_V2_10 and declared is ContainerClass.SIDECAR:
-            return ContainerClass.INIT
-        return declared
+        return _COUNTED[self][declared]
+
+
+_INIT, _SIDECAR, _APP = ContainerClass.INIT, ContainerClass.SIDECAR, ContainerClass.APP
+_COUNTED: dict[CountingRule, dict[ContainerClass, ContainerClass]] = {
+    CountingRule.SUMMED: {_INIT: _APP, _SIDECAR: _APP, _APP: _APP},
+    CountingRule.HAMI_V2_10: {_INIT: _INIT, _SIDECAR: _INIT, _APP: _APP},
+    CountingRule.SHRINK: {_INIT: _INIT, _SIDECAR: _SIDECAR, _APP: _APP},
+    CountingRule.PROGRESSIVE: {_INIT: _INIT, _SIDECAR: _SIDECAR, _APP: _APP},
+}
+"""Declared class -> counted class, per rule (a table: this runs for every container of
+every pod a what-if replays)."""
 
 
 _DESCRIPTIONS = {
@@ -85,10 +92,11 @@ def counted_containers(
     containers: tuple[Container, ...], rule: CountingRule
 ) -> tuple[Container, ...]:
     """The containers re-classified by ``rule`` (the same objects where nothing changes)."""
+    counted = _COUNTED[rule]
     return tuple(
         c
-        if (counted := rule.counted_class(c.container_class)) is c.container_class
-        else replace(c, container_class=counted)
+        if (as_counted := counted[c.container_class]) is c.container_class
+        else replace(c, container_class=as_counted)
         for c in containers
     )
 
