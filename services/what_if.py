@@ -100,9 +100,14 @@ def _documents(text: str, source: str) -> Iterator[SourcedObject]:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as error:
         raise InputError(f"{source}: not valid YAML ({' '.join(str(error).split())})") from None
+    except RecursionError:
+        raise InputError(f"{source}: not valid YAML (nested too deeply)") from None
     for index, document in enumerate(documents):
         # YAML may hold timestamps and other non-JSON values; the readers expect JSON shapes.
-        normalised = json.loads(json.dumps(document, default=str))
+        try:
+            normalised = json.loads(json.dumps(document, default=str))
+        except (RecursionError, ValueError) as error:
+            raise InputError(f"{source}: not a Kubernetes object ({error})") from None
         yield SourcedObject(f"{source}[{index}]" if len(documents) > 1 else source, normalised)
 
 
@@ -431,6 +436,9 @@ def main(
             f"{PROG}: give input files or directories, or --generate N (one of the two)",
             file=stderr,
         )
+        return EXIT_USAGE
+    if args.chart is not None and not args.chart.parent.is_dir():
+        print(f"{PROG}: --chart {args.chart}: no such directory {args.chart.parent}", file=stderr)
         return EXIT_USAGE
     if args.chart is not None and importlib.util.find_spec("matplotlib") is None:
         print(

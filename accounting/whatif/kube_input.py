@@ -6,7 +6,9 @@ Layer: accounting (pure). Pods and Nodes are read by the parsers the daemons use
 
 * ``List`` objects (kind ``List`` or ``...List``) are opened and their items read in order.
 * Skipped, and counted by what they are: a Pod without a GPU request, a Node without HAMi
-  devices, a ResourceQuota without a GPU key, any other kind, an object without a kind.
+  devices, a ResourceQuota without a GPU key, any other kind, an object without a kind (items
+  of a typed list such as the API server's ``PodList`` take its kind), a Pod created after
+  the window (when its length is given).
 * Timing: a pod arrives at ``metadata.creationTimestamp``; a regular init container runs for
   ``finishedAt - startedAt`` of its terminated state (or last terminated state) and for
   ``DEFAULT_INIT_RUN_S`` when the status does not record it; the apps run from their first
@@ -43,6 +45,7 @@ SKIPPED_GPU_LESS_POD = "Pod without a GPU request"
 SKIPPED_GPU_LESS_NODE = "Node without HAMi devices"
 SKIPPED_GPU_LESS_QUOTA = "ResourceQuota without GPU limits"
 SKIPPED_NO_KIND = "object without a kind"
+SKIPPED_AFTER_WINDOW = "Pod created after the window"
 
 Json = Mapping[str, Any]
 
@@ -100,10 +103,10 @@ class _Reader:
     def skip(self, what: str) -> None:
         self.skipped[what] = self.skipped.get(what, 0) + 1
 
-    def read(self, source: str, obj: object) -> None:
+    def read(self, source: str, obj: object, item_kind: str | None = None) -> None:
         if not isinstance(obj, Mapping):
             raise InvalidInputError.single(source, "must be a Kubernetes object (a mapping)")
-        kind = obj.get("kind")
+        kind = obj.get("kind") or item_kind
         if not isinstance(kind, str) or not kind:
             self.skip(SKIPPED_NO_KIND)
             return
@@ -113,8 +116,10 @@ class _Reader:
                 return
             if not isinstance(items, list):
                 raise InvalidInputError.single(f"{source} ({kind})", "items: must be an array")
+            # The API server's typed lists (PodList) leave the kind out of their items.
+            of_kind = kind.removesuffix("List") or None
             for index, item in enumerate(items):
-                self.read(f"{source} items[{index}]", item)
+                self.read(f"{source} items[{index}]", item, of_kind)
             return
         if kind == "Pod":
             self.pod(source, obj)
@@ -241,7 +246,13 @@ class _Reader:
         start = min(created) if created else (self.latest or 0)
         if window_s is None:
             window_s = self.latest - start if self.latest is not None else DEFAULT_WINDOW_S
-        pods = [self.replay_pod(p, start) for p in self.pods]
+        pods = []
+        for timed in self.pods:
+            replay_pod = self.replay_pod(timed, start)
+            if replay_pod.arrival_s > window_s:
+                self.skip(SKIPPED_AFTER_WINDOW)
+            else:
+                pods.append(replay_pod)
         pods.sort(key=lambda p: p.arrival_s)  # stable: equal arrivals keep the input order
         return Workload(
             pods=tuple(pods),

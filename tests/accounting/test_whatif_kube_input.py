@@ -12,6 +12,7 @@ from accounting.errors import InvalidInputError
 from accounting.hami_codec import encode_node_register
 from accounting.whatif.kube_input import (
     DEFAULT_WINDOW_S,
+    SKIPPED_AFTER_WINDOW,
     SKIPPED_GPU_LESS_NODE,
     SKIPPED_GPU_LESS_POD,
     SKIPPED_GPU_LESS_QUOTA,
@@ -295,3 +296,26 @@ def test_the_same_pod_twice_is_an_error_naming_both_places() -> None:
         read_workload(
             [SourcedObject("b.yaml[0]", pod("twin")), SourcedObject("a.yaml[0]", pod("twin"))]
         )
+
+
+def test_the_api_servers_typed_lists_give_their_items_a_kind() -> None:
+    pod_list = {"kind": "PodList", "apiVersion": "v1", "items": [pod("a"), pod("b")]}
+    node_list = {"kind": "NodeList", "items": [gpu_node()]}
+    for item in (*pod_list["items"], *node_list["items"]):
+        del item["kind"]
+
+    workload = read_workload([SourcedObject("pods.json", pod_list), SourcedObject("n", node_list)])
+
+    assert [p.pod.name for p in workload.pods] == ["a", "b"]
+    assert [n.node_name for n in workload.nodes] == ["node-1"]
+    assert dict(workload.skipped) == {}
+
+
+def test_pods_created_after_a_given_window_are_skipped_and_counted() -> None:
+    early = pod("early", created="2025-01-06T09:00:00Z")
+    late = pod("late", created="2025-01-06T10:00:00Z")
+
+    workload = read_workload([kubectl_list(early, late)], window_s=600)
+
+    assert [p.pod.name for p in workload.pods] == ["early"]
+    assert dict(workload.skipped) == {SKIPPED_AFTER_WINDOW: 1}

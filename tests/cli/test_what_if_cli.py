@@ -143,8 +143,16 @@ def test_an_input_without_gpu_pods_says_so_and_succeeds(tmp_path: Path) -> None:
             "  bad.yaml[1] (Node n1): metadata.annotations",
         ),
         ("kind: Pod\nmetadata: [unclosed\n", "bad.yaml: not valid YAML"),
+        ("[" * 100_000 + "]" * 100_000, "bad.yaml: not valid JSON (nested too deeply)"),
+        ("a:\n" + "".join("  " * i + "- a:\n" for i in range(1, 400)), "bad.yaml: not"),
     ],
-    ids=["a pod's GPU memory is not a quantity", "a node's register annotation", "not YAML"],
+    ids=[
+        "a pod's GPU memory is not a quantity",
+        "a node's register annotation",
+        "not YAML",
+        "JSON nested beyond the stack",
+        "YAML nested very deeply",
+    ],
 )
 def test_a_malformed_file_exits_2_naming_the_object_and_the_field(
     tmp_path: Path, content: str, expected: str
@@ -242,3 +250,10 @@ def test_the_docs_run_and_chart_are_checked_in_and_the_readme_lists_the_command(
     assert (ROOT / "docs" / "what-if.png").read_bytes().startswith(PNG_SIGNATURE)
     readme = (ROOT / "README.md").read_text()
     assert "| `hami-accounting what-if" in readme and "docs/what-if.md" in readme
+
+
+def test_a_chart_into_a_missing_directory_is_refused_before_the_replay(tmp_path: Path) -> None:
+    code, out, err = run([str(EXAMPLE), "--chart", str(tmp_path / "no" / "c.png")])
+
+    assert (code, out) == (2, "")
+    assert "no such directory" in err
