@@ -27,6 +27,7 @@ Device choice follows HAMi's NVIDIA Fit (docs/design.md §2.5).
 A device is refused with the first reason that applies, in this order: CardNotHealth,
 CardTypeMismatch (vendor, nvidia.com/use-gputype and nouse-gputype, nvidia.com/vgpu-mode),
 CardUuidMismatch (nvidia.com/use-gpuuuid and nouse-gpuuuid), CardTimeSlicingExhausted,
+ResourceQuotaNotFit (the namespace quota, checked per candidate card: ``_QuotaWalk``),
 CardInsufficientMemory, CardInsufficientCore, ExclusiveDeviceAllocateConflict,
 CardComputeUnitsExhausted. Not modelled: cordoned devices, numa-bind, MIG, the mutex and
 topology GPU policies, hami.io/device-scoring-weights (always 1,1,1).
@@ -69,6 +70,7 @@ from accounting.reasons import (
     CARD_CAPACITY_REASON,
     CARD_COMPUTE_UNITS_EXHAUSTED,
     CARD_NOT_HEALTH,
+    CARD_TIME_SLICING_EXHAUSTED,
     CARD_TYPE_MISMATCH,
     CARD_UUID_MISMATCH,
     EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
@@ -277,7 +279,7 @@ class NodeState:
 
 @dataclass(frozen=True, slots=True)
 class QuotaContext:
-    """The pod's namespace quota state, for the re-check with real card sizes."""
+    """The pod's namespace quota state, checked per candidate card with real card sizes."""
 
     items: Mapping[str, QuotaItem]
     """Keyed by resource name (nvidia.com/gpumem, nvidia.com/gpucores, nvidia.com/gpu)."""
@@ -292,9 +294,9 @@ class NodeFit:
     node_name: str
     fits: bool
     reason: str
-    """"" when the pod fits; else e.g. "2/2 CardInsufficientMemory" for the first container
-    (in declaration order) that does not fit, NodeInsufficientDevice, or
-    "<n>/<n> ResourceQuotaNotFit"."""
+    """"" when the pod fits; else the first container (in fitting order) that does not fit,
+    per device as HAMi words it ("1/4 AllocatedCardsInsufficientRequest, 3/4
+    ResourceQuotaNotFit"), or NodeInsufficientDevice."""
     score: float
     """The node score before the pod is added (HAMi's ComputeDefaultScore)."""
     grants: tuple[tuple[DeviceGrant, ...], ...]
@@ -480,8 +482,9 @@ class _PodPlan:
     """The containers with a request, in fitting order (declaration order, apps last)."""
     gpu_binpack: bool
     device_filter: _DeviceFilter | None
-    quota: QuotaContext | None
-    """None when there is nothing a quota could refuse (no context, or no limit set)."""
+    quota_room: quota_rules.QuotaRoom | None
+    """What the namespace quota leaves the pod (``quota.usage_room``); None when no limit
+    could refuse anything (no quota context, or no enforced limit set)."""
 
     @classmethod
     def build(
@@ -507,8 +510,11 @@ class _PodPlan:
                 key=lambda ask: pod.containers[ask.position].container_class is ContainerClass.APP,
             )
         )
-        if quota is not None and not any(item.limit_set for item in quota.items.values()):
-            quota = None
+        room = None
+        if quota is not None:
+            room = quota_rules.usage_room(
+                quota.items, vendor, enforce_gpu_count=quota.enforce_gpu_count
+            )
         return cls(
             pod=pod,
             vendor=vendor,
@@ -516,8 +522,103 @@ class _PodPlan:
             asks=asks,
             gpu_binpack=gpu_policy == BINPACK,
             device_filter=_DeviceFilter.from_annotations(pod.annotations),
-            quota=quota,
+            quota_room=room,
         )
+
+
+class _QuotaWalk:
+    """The namespace quota checked per candidate card, as HAMi's ``fitQuota`` does: a card is
+    refused (``ResourceQuotaNotFit``, after its slots and before its memory are compared) when
+    the pod's placement so far, plus the cards this container already took, plus this card
+    would take the namespace over its quota; the walk then goes on to the next card.
+
+    "The placement so far" is folded as the pod is stored (docs/design.md §2.2: per card,
+    max(steady, every init point)), so the last check of a placement is Reserve's own check.
+    Rather than re-fold the placement for every card, this keeps the pod's own steady and
+    init-peak memory and cores per device of one node, and the folded totals, and prices a
+    card by what it adds to them. bench/naive_fit.py re-folds literally (``collapse_grants``
+    and ``quota.check_usage`` per card); a property test pins the two together.
+    """
+
+    __slots__ = (
+        "cores",
+        "devices",
+        "held",
+        "init_cores",
+        "init_memory",
+        "memory",
+        "room",
+        "steady_cores",
+        "steady_memory",
+    )
+
+    def __init__(self, room: quota_rules.QuotaRoom, device_count: int) -> None:
+        self.room = room
+        self.steady_memory = [0] * device_count
+        self.steady_cores = [0] * device_count
+        self.init_memory = [0] * device_count
+        """Per device: the highest init point so far (its own share plus the steady share at
+        its point)."""
+        self.init_cores = [0] * device_count
+        self.held = [False] * device_count
+        """Per device: the pod takes something there (every grant holds a slot)."""
+        self.memory = 0
+        self.cores = 0
+        self.devices = 0
+        """The folded totals of the pod's placement on this node so far."""
+
+    def added(self, p: int, memory_mib: int, core_percent: int) -> tuple[int, int, int]:
+        """What one more grant on device ``p`` adds to the folded totals. It is the same for
+        a steady and an init container: max(steady + x, init peak) - max(steady, init peak)
+        per dimension (an init point on p is the steady share at its point plus its own), and
+        one device when the pod held nothing on p."""
+        steady_memory, init_memory = self.steady_memory[p], self.init_memory[p]
+        steady_cores, init_cores = self.steady_cores[p], self.init_cores[p]
+        return (
+            max(steady_memory + memory_mib, init_memory) - max(steady_memory, init_memory),
+            max(steady_cores + core_percent, init_cores) - max(steady_cores, init_cores),
+            0 if self.held[p] else 1,
+        )
+
+    def fits(self, taken: Sequence[int], added: Sequence[int]) -> bool:
+        """Whether the placement so far, the container's ``taken`` cards (their ``added``
+        summed) and one more card adding ``added`` stay within the room."""
+        return self.room.allows(
+            self.memory + taken[0] + added[0],
+            self.cores + taken[1] + added[1],
+            self.devices + taken[2] + added[2],
+        )
+
+    def commit(self, is_init: bool, p: int, memory_mib: int, core_percent: int) -> None:
+        """Adds one grant of a container that fits: on ``p``, ``memory_mib`` and
+        ``core_percent``."""
+        memory, cores, devices = self.added(p, memory_mib, core_percent)
+        self.memory += memory
+        self.cores += cores
+        self.devices += devices
+        self.held[p] = True
+        if is_init:
+            self.init_memory[p] = max(self.init_memory[p], self.steady_memory[p] + memory_mib)
+            self.init_cores[p] = max(self.init_cores[p], self.steady_cores[p] + core_percent)
+        else:
+            self.steady_memory[p] += memory_mib
+            self.steady_cores[p] += core_percent
+
+
+def _always_within(
+    plan: _PodPlan, room: quota_rules.QuotaRoom, memory_total: Sequence[int]
+) -> bool:
+    """Whether every placement of the pod on a node with these cards stays within the quota:
+    its folded usage is at most every grant added up, each on the node's largest card. Then
+    no card needs pricing (most pods, under a quota they are far from)."""
+    largest = max(memory_total, default=0)
+    memory = cores = devices = 0
+    for ask in plan.asks:
+        need = ask.memory_mib if ask.memory_mib >= 0 else largest * ask.memory_percent // 100
+        memory += ask.device_count * need
+        cores += ask.device_count * ask.core_percent
+        devices += ask.device_count
+    return room.allows(memory, cores, min(devices, len(memory_total)))
 
 
 def _capacity_refusal(ask: _Ask, used: Amount, capacity: Amount) -> str | None:
@@ -552,8 +653,9 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement | str:
     because it runs for every device of every candidate node: the capacity test is
     _capacity_refusal (Amount arithmetic) on three integer lists of free capacity, and a
     card's share of memory is DeviceDemand.on_card written out (a call per device visited
-    costs as much as the rest of the loop). _capacity_refusal itself names the reason once a
-    container fails; tests/accounting/test_fit_properties.py pins the loop to
+    costs as much as the rest of the loop). When a quota limit is set, every card that has a
+    slot left is priced against it first (``_QuotaWalk``). ``_walk_reasons`` names the reason
+    once a container fails; tests/accounting/test_fit_properties.py pins the loop to
     bench/naive_fit.py, the literal deep-copy reading, written apart on purpose, and the
     merged usage to the fold. An init container is checked against the steady copy and
     charges nothing, so its point never needs recording here: _merged_usage folds the grants
@@ -576,6 +678,9 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement | str:
     slots_free = list(columns.slots_free)
     memory_free = list(columns.memory_free)
     cores_free = list(columns.cores_free)
+    quota = None
+    if plan.quota_room is not None and not _always_within(plan, plan.quota_room, memory_total):
+        quota = _QuotaWalk(plan.quota_room, len(slots_free))
     # Devices the last steady container charged: their score changed, so their place in the
     # order is fixed up (lazily, only if another container follows).
     moved: list[int] | None = None
@@ -605,10 +710,15 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement | str:
             moved = None
         picks: list[int] = []
         remaining = count
+        taken = [0, 0, 0]  # what this container's picks add to the quota's folded totals
         for p in order:
             if slots_free[p] <= 0:
                 continue
             need = memory_fixed if memory_fixed >= 0 else memory_total[p] * memory_percent // 100
+            if quota is not None:
+                added = quota.added(p, need, cores)
+                if not quota.fits(taken, added):
+                    continue
             if memory_free[p] < need:
                 continue
             if cores_free[p] < cores:
@@ -621,54 +731,78 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement | str:
                 continue
             if share_only and cores_free[p] == 0 and cores_total[p] != 0:
                 continue
-            if not is_init:
-                # Charged at once (the walk never comes back to p); undone if the container
-                # fails, so the refusal is counted on the state before it.
-                slots_free[p] -= 1
-                memory_free[p] -= need
-                cores_free[p] -= cores
+            if quota is not None:
+                taken[0] += added[0]
+                taken[1] += added[1]
+                taken[2] += added[2]
             picks.append(p)
             remaining -= 1
             if not remaining:
                 break
         else:
-            if not is_init:
-                for p in picks:
-                    slots_free[p] += 1
-                    memory_free[p] += _memory_need(ask, memory_total[p])
-                    cores_free[p] += cores
-            capacity = [state.device.capacity for state in columns.devices]
-            free = map(Amount, memory_free, cores_free, slots_free)
-            return _device_reasons(
-                ask, allowed[0], [c - f for c, f in zip(capacity, free, strict=True)], capacity
+            return _walk_reasons(
+                ask, allowed[0], order, columns, (slots_free, memory_free, cores_free), quota
             )
+        if quota is not None:
+            for p in picks:
+                quota.commit(is_init, p, _memory_need(ask, memory_total[p]), cores)
         if not is_init:
+            for p in picks:
+                slots_free[p] -= 1
+                memory_free[p] -= (
+                    memory_fixed if memory_fixed >= 0 else memory_total[p] * memory_percent // 100
+                )
+                cores_free[p] -= cores
             moved = picks
         placement.append(picks)
     return placement
 
 
-def _device_reasons(
+def _walk_reasons(
     ask: _Ask,
     blocks: Sequence[str | None],
-    used: Sequence[Amount],
-    capacity: Sequence[Amount],
+    order: Sequence[int],
+    columns: _NodeColumns,
+    free: tuple[Sequence[int], Sequence[int], Sequence[int]],
+    quota: _QuotaWalk | None,
 ) -> str:
-    """Why one container fits nowhere on the node: each device counted under its first reason.
+    """Why one container fits nowhere on the node, as HAMi words it: every device counted
+    under the first reason that stopped it, and the cards that passed (picked before the walk
+    ran out) as AllocatedCardsInsufficientRequest.
 
-    Only called on failure, when HAMi's walk has visited every device, so the order does not
-    matter: a device that passes every rule is one HAMi had picked before running out.
+    Only called on failure, when HAMi's walk has visited every device. A device refused for
+    its health, type or UUID is refused whatever came before it; the others are walked again
+    in the order the fit tried them, because whether the quota refuses a card depends on the
+    cards picked before it.
     """
     counts: dict[str, int] = {}
-    passing = 0
-    for p, block in enumerate(blocks):
-        reason = block or _capacity_refusal(ask, used[p], capacity[p])
+    for block in blocks:
+        if block is not None:
+            counts[block] = counts.get(block, 0) + 1
+    slots_free, memory_free, cores_free = free
+    capacities = [state.device.capacity for state in columns.devices]
+    taken = [0, 0, 0]
+    picked = 0
+    for p in order:
+        capacity = capacities[p]
+        used = capacity - Amount(memory_free[p], cores_free[p], slots_free[p])
+        reason: str | None = None
+        if slots_free[p] <= 0:
+            reason = CARD_TIME_SLICING_EXHAUSTED
+        elif quota is not None:
+            added = quota.added(p, _memory_need(ask, capacity.memory_mib), ask.core_percent)
+            if not quota.fits(taken, added):
+                reason = RESOURCE_QUOTA_NOT_FIT
         if reason is None:
-            passing += 1
-        else:
+            reason = _capacity_refusal(ask, used, capacity)
+        if reason is not None:
             counts[reason] = counts.get(reason, 0) + 1
-    if passing:
-        counts[ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = passing
+            continue
+        picked += 1
+        if quota is not None:
+            taken = [t + a for t, a in zip(taken, added, strict=True)]
+    if picked:
+        counts[ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = picked
     return format_reasons(counts, len(blocks))
 
 
@@ -688,27 +822,6 @@ def _grants(
     return tuple(per_position)
 
 
-def _quota_allows(plan: _PodPlan, grants: tuple[tuple[DeviceGrant, ...], ...]) -> bool:
-    """Re-checks the namespace quota with the memory the chosen cards really give.
-
-    Memory asked as a percentage is unknown at admission, so this is where it is enforced.
-    Containers keep their real class (HAMi #3052 classified the first app containers as init
-    in its app pass, so a GPU-less init container let a pod through). The check runs once per
-    node on the complete placement, not per candidate device as in HAMi: a node refused here
-    is not retried with other cards, and the refusal is reported against all of the node's
-    devices, e.g. "1/1 ResourceQuotaNotFit".
-    """
-    assert plan.quota is not None
-    usage = _merged_usage(plan.pod, grants)
-    return quota_rules.check_usage(
-        plan.pod.namespace,
-        usage,
-        plan.quota.items,
-        plan.vendor,
-        enforce_gpu_count=plan.quota.enforce_gpu_count,
-    ).allowed
-
-
 def _merged_usage(
     pod: Pod, grants: tuple[tuple[DeviceGrant, ...], ...]
 ) -> tuple[DeviceUsage, ...]:
@@ -722,28 +835,6 @@ def _merged_usage(
     )
 
 
-def _quota_refusal(columns: _NodeColumns) -> str:
-    devices_total = len(columns.devices)
-    return format_reasons({RESOURCE_QUOTA_NOT_FIT: devices_total}, devices_total)
-
-
-_Shape = tuple[tuple[tuple[int, int], ...], ...]
-
-
-def _placement_shape(plan: _PodPlan, columns: _NodeColumns, placement: _Placement) -> _Shape:
-    """The placement with devices renamed by first use: the quota's answer depends only on
-    which containers share a card and how much each takes, not on which card it is."""
-    renamed: dict[int, int] = {}
-    memory_total = columns.memory_total
-    return tuple(
-        tuple(
-            (renamed.setdefault(p, len(renamed)), _memory_need(ask, memory_total[p]))
-            for p in picks
-        )
-        for ask, picks in zip(plan.asks, placement, strict=True)
-    )
-
-
 def _fit_node(plan: _PodPlan, node: NodeState) -> NodeFit:
     columns = node._columns
     no_grants: tuple[tuple[DeviceGrant, ...], ...] = ((),) * len(plan.pod.containers)
@@ -751,9 +842,6 @@ def _fit_node(plan: _PodPlan, node: NodeState) -> NodeFit:
     if isinstance(placement, str):
         return NodeFit(node.node_name, False, placement, columns.node_score, no_grants, ())
     grants = _grants(plan, columns, placement)
-    if plan.quota is not None and plan.asks and not _quota_allows(plan, grants):
-        refusal = _quota_refusal(columns)
-        return NodeFit(node.node_name, False, refusal, columns.node_score, no_grants, ())
     return NodeFit(
         node.node_name,
         True,
@@ -780,7 +868,7 @@ def fit_node(
         vendor: whose requests to fit (NVIDIA's resource names by default).
         gpu_policy: binpack (busiest card first) or spread (least busy first); the pod's
             hami.io/gpu-scheduler-policy annotation wins when it names one of them.
-        quota: the pod's namespace quota, re-checked with the real card sizes when given.
+        quota: the pod's namespace quota, checked per candidate card when given.
 
     Raises:
         InvalidInputError: gpu_policy is neither binpack nor spread.
@@ -859,9 +947,6 @@ def fit_pod(
     best_name = ""
     best_node: NodeState | None = None
     best_placement: _Placement | None = None
-    check_quota = plan.quota is not None
-    # Many nodes end with the same placement shape; the quota answers once per shape.
-    quota_answers: dict[_Shape, bool] = {}
     for node in nodes:
         columns = node._columns
         placement = _place(plan, columns)
@@ -869,16 +954,6 @@ def fit_pod(
         if isinstance(placement, str):
             failed[name] = placement
             continue
-        if check_quota:
-            shape = _placement_shape(plan, columns, placement)
-            allowed = quota_answers.get(shape)
-            if allowed is None:
-                allowed = quota_answers[shape] = _quota_allows(
-                    plan, _grants(plan, columns, placement)
-                )
-            if not allowed:
-                failed[name] = _quota_refusal(columns)
-                continue
         score = scores[name] = columns.node_score
         key = sign * score
         if best_node is None or key < best_key or (key == best_key and name < best_name):

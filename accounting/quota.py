@@ -77,7 +77,7 @@ def _decide(
     first_reason: QuotaReason | None = None
     for dimension, resource, requested, factor in dimensions:
         item = items.get(resource, QuotaItem(resource))
-        limit = item.limit * factor if factor > 1 else item.limit
+        limit = _compared_limit(item, factor)
         check = QuotaCheckItem(
             resource, requested, item.used, limit, item.limit_set, dimension in enforced_dimensions
         )
@@ -109,6 +109,12 @@ def _decide(
         f"namespace {namespace} quota exceeded: {exceeded}",
         tuple(checked),
     )
+
+
+def _compared_limit(item: QuotaItem, memory_factor: int) -> int:
+    """The limit a dimension is compared with: HAMi multiplies the memory limit by the memory
+    factor when it is above 1 (the request already carries the factor)."""
+    return item.limit * memory_factor if memory_factor > 1 else item.limit
 
 
 def check_quota(
@@ -173,11 +179,58 @@ def check_usage(
     enforce_gpu_count: bool = True,
 ) -> QuotaDecision:
     """Checks per-device usage a pod would add (its collapsed grants, memory factor already in
-    the granted MiB) against its namespace's quota: the scheduler's re-check with real card
-    sizes and the recorder's atomic re-check in Reserve."""
+    the granted MiB) against its namespace's quota: the recorder's atomic re-check in Reserve
+    (the fit checks each candidate card with ``usage_room``, which agrees with it)."""
     memory_mib, core_percent, devices = vendor_totals(usage, vendor)
     request = EffectiveRequest(vendor.vendor, devices, memory_mib, core_percent, False)
     return _check(namespace, request, items, vendor, enforce_gpu_count, "holds", False)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRoom:
+    """What a pod may still hold in its namespace, per enforced dimension (None: no limit).
+
+    ``check_usage`` allows a pod's usage exactly when each of its totals (memory, cores,
+    devices held) is at most the room: the fit checks the quota per candidate card with it,
+    adding up what each card would add instead of re-folding the placement each time.
+    """
+
+    memory_mib: int | None
+    core_percent: int | None
+    devices: int | None
+
+    def allows(self, memory_mib: int, core_percent: int, devices: int) -> bool:
+        """Whether usage with these totals passes every enforced limit."""
+        return (
+            (self.memory_mib is None or memory_mib <= self.memory_mib)
+            and (self.core_percent is None or core_percent <= self.core_percent)
+            and (self.devices is None or devices <= self.devices)
+        )
+
+
+def usage_room(
+    items: Mapping[str, QuotaItem],
+    vendor: VendorResources = NVIDIA_RESOURCES,
+    *,
+    enforce_gpu_count: bool = True,
+) -> QuotaRoom | None:
+    """The room ``check_usage`` leaves a pod of ``vendor`` with these quota items; None when no
+    dimension has an enforced limit (every usage passes)."""
+
+    def room(resource: str, factor: int, enforced: bool) -> int | None:
+        item = items.get(resource)
+        if not enforced or item is None or not item.limit_set:
+            return None
+        return _compared_limit(item, factor) - item.used
+
+    found = QuotaRoom(
+        room(vendor.memory_resource, vendor.memory_factor, True),
+        room(vendor.core_resource, 1, True),
+        room(vendor.count_resource, 1, enforce_gpu_count),
+    )
+    if found.memory_mib is None and found.core_percent is None and found.devices is None:
+        return None
+    return found
 
 
 def _check(

@@ -97,11 +97,16 @@ def _memory(request: DeviceRequest, card: _Card, vendor: VendorResources) -> int
     return card.memory_total
 
 
+QuotaTest = Callable[[_Card, int, int], bool]
+"""Whether taking a card (with this memory and these cores) keeps the namespace in quota."""
+
+
 def _refusal(
     card: _Card,
     request: DeviceRequest,
     annotations: Mapping[str, str],
     vendor: VendorResources,
+    quota_allows: QuotaTest | None,
 ) -> str | None:
     """HAMi's NVIDIA Fit checks for one device, in HAMi's order."""
     if not card.healthy:
@@ -124,9 +129,11 @@ def _refusal(
         return codes.CARD_UUID_MISMATCH
     if card.slots_total <= card.slots_used:
         return codes.CARD_TIME_SLICING_EXHAUSTED
+    cores = min(request.core_percent, 100)
+    if quota_allows is not None and not quota_allows(card, _memory(request, card, vendor), cores):
+        return codes.RESOURCE_QUOTA_NOT_FIT
     if card.memory_total - card.memory_used < _memory(request, card, vendor):
         return codes.CARD_INSUFFICIENT_MEMORY
-    cores = min(request.core_percent, 100)
     if card.cores_total - card.cores_used < cores:
         return codes.CARD_INSUFFICIENT_CORE
     if card.cores_total == 100 and cores == 100 and card.slots_used > 0:
@@ -142,8 +149,11 @@ def _fit_container(
     annotations: Mapping[str, str],
     vendor: VendorResources,
     binpack: bool,
+    quota_allows: Callable[[list[_Card], _Card, int, int], bool] | None,
 ) -> list[_Card] | str:
-    """Chosen cards (not yet charged), or the aggregated reason."""
+    """Chosen cards (not yet charged), or the aggregated reason. HAMi walks every card in
+    order and counts each under the first check it fails; the quota test of a card sees the
+    cards already chosen for this container."""
     if request.count > sum(1 for c in cards if c.vendor == vendor.vendor):
         return codes.NODE_INSUFFICIENT_DEVICE
     if binpack:
@@ -153,7 +163,10 @@ def _fit_container(
     chosen: list[_Card] = []
     reasons: dict[str, int] = {}
     for card in ordered:
-        refusal = _refusal(card, request, annotations, vendor)
+        test: QuotaTest | None = None
+        if quota_allows is not None:
+            test = lambda c, mib, cores, q=quota_allows: q(chosen, c, mib, cores)  # noqa: E731
+        refusal = _refusal(card, request, annotations, vendor, test)
         if refusal is not None:
             reasons[refusal] = reasons.get(refusal, 0) + 1
             continue
@@ -220,7 +233,10 @@ def naive_fit_node(
             continue
         is_init = container.container_class is ContainerClass.INIT
         cards = copy.deepcopy(steady) if is_init else steady
-        chosen = _fit_container(cards, request, pod.annotations, vendor, binpack)
+        quota_allows = None
+        if quota is not None:
+            quota_allows = _quota_test(pod, grants, position, vendor, quota)
+        chosen = _fit_container(cards, request, pod.annotations, vendor, binpack, quota_allows)
         if isinstance(chosen, str):
             return refused(chosen)
         cores = min(request.core_percent, 100)
@@ -245,17 +261,46 @@ def naive_fit_node(
         cores = max(c.cores_used for c in copies) - base.cores_used
         usage.append(DeviceUsage(base.uuid, vendor.vendor, memory, cores, slots))
     usage.sort(key=lambda u: u.uuid)
+    return fit.NodeFit(node.node_name, True, "", node_score, tuple(grants), tuple(usage))
 
-    if quota is not None and any(grants):
+
+def _quota_test(
+    pod: Pod,
+    grants: list[tuple[DeviceGrant, ...]],
+    position: int,
+    vendor: VendorResources,
+    quota: fit.QuotaContext,
+) -> Callable[[list[_Card], _Card, int, int], bool]:
+    """HAMi's fitQuota for the container at ``position``: the grants handed out so far, the
+    cards already chosen for this container and the candidate, folded as the pod would be
+    stored (collapse_grants), checked against the namespace's quota (check_usage)."""
+
+    def allows(chosen: list[_Card], card: _Card, memory_mib: int, cores: int) -> bool:
+        hypothetical = list(grants)
+        hypothetical[position] = tuple(
+            DeviceGrant(c.uuid, vendor.vendor, m, cores)
+            for c, m in [(c, memory_mib_of(c)) for c in chosen] + [(card, memory_mib)]
+        )
         containers = [
             Container(c.name, c.container_class, (), g)
-            for c, g in zip(pod.containers, grants, strict=True)
+            for c, g in zip(pod.containers, hypothetical, strict=True)
         ]
-        decision = check_usage(pod.namespace, collapse_grants(containers), quota.items, vendor)
-        if not decision.allowed:
-            total = len(original)
-            return refused(f"{total}/{total} {codes.RESOURCE_QUOTA_NOT_FIT}")
-    return fit.NodeFit(node.node_name, True, "", node_score, tuple(grants), tuple(usage))
+        return check_usage(
+            pod.namespace,
+            collapse_grants(containers),
+            quota.items,
+            vendor,
+            enforce_gpu_count=quota.enforce_gpu_count,
+        ).allowed
+
+    request = _request(pod.containers[position], vendor)
+    assert request is not None
+
+    def memory_mib_of(card: _Card) -> int:
+        assert request is not None
+        return _memory(request, card, vendor)
+
+    return allows
 
 
 def _benchmark_pod() -> Pod:

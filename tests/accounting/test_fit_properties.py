@@ -115,17 +115,29 @@ def pods(draw: st.DrawFn) -> Pod:
     return Pod("uid", "team-a", "p", tuple(containers), annotations=annotations)
 
 
+def _quota(
+    memory_limit: int | None, cores_limit: int | None, count_limit: int | None, enforce: bool
+) -> QuotaContext:
+    items = {}
+    for resource, used, limit in (
+        ("nvidia.com/gpumem", 1000, memory_limit),
+        ("nvidia.com/gpucores", 0, cores_limit),
+        ("nvidia.com/gpu", 1, count_limit),
+    ):
+        if limit is not None:
+            items[resource] = QuotaItem(resource, used, limit, True)
+    return QuotaContext(items, enforce_gpu_count=enforce)
+
+
+# Tight limits often, so that the quota refuses some cards and not others (the per-card choice).
 quotas = st.one_of(
     st.none(),
     st.builds(
-        lambda memory_limit, cores_limit: QuotaContext(
-            {
-                "nvidia.com/gpumem": QuotaItem("nvidia.com/gpumem", 1000, memory_limit, True),
-                "nvidia.com/gpucores": QuotaItem("nvidia.com/gpucores", 0, cores_limit, True),
-            }
-        ),
-        st.sampled_from([2000, 10000, 30000]),
-        st.sampled_from([50, 100, 1000]),
+        _quota,
+        st.sampled_from([None, 1500, 2000, 5000, 10000, 30000]),
+        st.sampled_from([None, 30, 50, 100, 1000]),
+        st.sampled_from([None, 2, 3, 4]),
+        st.booleans(),
     ),
 )
 gpu_policies = st.sampled_from(["binpack", "spread"])
@@ -293,3 +305,43 @@ def test_the_first_fit_in_node_order_is_fit_pods_choice(
         return
     assert (first.node_name if first else None) == result.node_name
     assert (first.grants if first else ((),) * len(pod.containers)) == result.grants
+
+
+whole_or_share = st.builds(
+    DeviceRequest,
+    vendor=st.just("NVIDIA"),
+    count=st.integers(1, 2),
+    memory_mib=st.just(0),
+    memory_percent=st.sampled_from([0, 50, 100]),
+    core_percent=st.sampled_from([0, 10, 100]),
+)
+
+
+@st.composite
+def sized_pods(draw: st.DrawFn) -> Pod:
+    """Pods whose charge depends on the card chosen (whole cards, shares of a card)."""
+    classes = draw(st.lists(st.sampled_from(list(ContainerClass)), min_size=1, max_size=3))
+    containers = tuple(
+        Container(f"c{i}", container_class, (draw(whole_or_share),))
+        for i, container_class in enumerate(classes)
+    )
+    return Pod("uid", "team-a", "p", containers)
+
+
+@PROPERTY_SETTINGS
+@given(
+    sized_pods(),
+    nodes(min_devices=2, max_devices=8),
+    gpu_policies,
+    st.sampled_from([1500, 2000, 5000, 9000, 11000, 25576]),
+    st.sampled_from([None, 2, 3]),
+)
+def test_a_quota_between_card_sizes_is_checked_per_card_as_the_naive_fit_does(
+    pod: Pod, node: NodeState, gpu_policy: str, memory_limit: int, count_limit: int | None
+) -> None:
+    # Limits between the card sizes: the quota refuses the large cards and not the small ones,
+    # so it takes part in the choice of card (HAMi's fitQuota per candidate card).
+    quota = _quota(memory_limit, None, count_limit, True)
+    assert fit_node(pod, node, gpu_policy=gpu_policy, quota=quota) == naive_fit_node(
+        pod, node, gpu_policy=gpu_policy, quota=quota
+    )
