@@ -6,8 +6,9 @@ Layer: services (entry point). Subcommands:
 * ``up``: runs the three daemons as child processes on localhost until Ctrl-C.
 * ``health ADDR [--service NAME]``: prints the gRPC health status; exit 0 only when SERVING
   (the container HEALTHCHECK and compose use it).
-* ``demo``, ``explain``, ``usage``, ``what-if``: forwarded with their arguments to
-  ``services.demo``, ``services.explain``, ``services.usage_report`` and ``services.what_if``.
+* ``demo``, ``explain``, ``usage``, ``what-if``, ``journal``: forwarded with their arguments to
+  ``services.demo``, ``services.explain``, ``services.usage_report``, ``services.what_if`` and
+  ``services.usage.journal_tool``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ _FORWARDED = {
     "explain": ("services.explain", "explain a pod's accounting step by step"),
     "usage": ("services.usage_report", "show what the usage recorder has charged"),
     "what-if": ("services.what_if", "replay a workload under each GPU accounting rule"),
+    "journal": ("services.usage.journal_tool", "back up, restore or check the recorder's journal"),
 }
 
 _SERVICE_NAMES = {

@@ -9,7 +9,7 @@ the same way for all three:
 2. a bad configuration prints every problem and exits 2;
 3. logging, tracing (the standard ``OTEL_*`` variables) and the metrics endpoint start;
 4. a daemon that cannot start (an address taken, a journal it cannot open) logs why and exits
-   1, without a stack trace for the expected causes;
+   1 (3: the recorder's journal is damaged), without a stack trace for the expected causes;
 5. it serves until SIGTERM or SIGINT, then drains and stops (exit 0).
 """
 
@@ -134,6 +134,9 @@ class DaemonSpec(Generic[C, D]):
     start_errors: tuple[type[Exception], ...] = ()
     """Expected reasons not to start, logged without a stack (beyond an address or metrics
     port that cannot be bound)."""
+    exit_codes: tuple[tuple[type[Exception], int], ...] = ()
+    """Start errors with an exit code of their own (the recorder's damaged journal: 3);
+    every other reason not to start exits 1."""
 
     @property
     def prog(self) -> str:
@@ -172,7 +175,9 @@ def run(spec: DaemonSpec[C, D], argv: Sequence[str] | None = None) -> int:
     except expected as error:
         log.error("cannot start the %s daemon: %s", spec.name, error)
         telemetry.shutdown(tracer_provider)
-        return EXIT_CANNOT_START
+        return next(
+            (code for kind, code in spec.exit_codes if isinstance(error, kind)), EXIT_CANNOT_START
+        )
     except Exception as error:
         # A bad environment the daemon has no word for (a kubeconfig that does not load):
         # still a clean exit, with the stack for whoever debugs it.

@@ -27,7 +27,14 @@ from services.common.aio_server import UnaryCalls, build_aio_server
 from services.common.daemon import DaemonSpec, Flag, run
 from services.common.server import DaemonServer
 from services.usage.config import KUBERNETES_MODES, UsageConfig
-from services.usage.journal import Journal, JournalError
+from services.usage.journal import (
+    EXIT_JOURNAL_DAMAGED,
+    ON_DAMAGE_ACCEPT_LOSS,
+    ON_DAMAGE_REBUILD,
+    Journal,
+    JournalDamagedError,
+    JournalError,
+)
 from services.usage.servicer import (
     INLINE_METHODS,
     SERVICE_NAME,
@@ -214,6 +221,7 @@ def start(
     """Opens the journal, recovers the state, and starts the server and background parts.
 
     Raises:
+        JournalDamagedError: the journal is damaged or incomplete and the config says refuse.
         JournalError: the journal cannot be opened or read (schema version included).
         ServerStartError: the listen address cannot be bound.
         KubernetesConfigError: the Kubernetes configuration cannot be loaded.
@@ -221,7 +229,7 @@ def start(
     policy = config.policy
     # The WatchUsage fan-out gives way to the unary calls in flight (services.usage.watch_hub).
     unary_calls = UnaryCalls()
-    journal = Journal.in_data_dir(config.data_dir, synchronous=config.journal_sync)
+    journal = Journal.in_data_dir(config.data_dir, synchronous=config.journal_sync, lock=True)
     try:
         store = UsageStore(
             Ledger(policy),
@@ -233,7 +241,7 @@ def start(
                 unary_calls=unary_calls,
             ),
         )
-        summary = store.recover()
+        summary = store.recover(config.journal_on_damage)
         _LOG.info(
             "recovered %d pods, %d nodes and %d namespaces from %s in %.3f s",
             summary.pods,
@@ -342,6 +350,14 @@ SPEC: DaemonSpec[UsageConfig, UsageRecorder] = DaemonSpec(
              "default 1", {"metavar": "N"}),
         Flag("--enforce-gpu-count", "ENFORCE_GPU_COUNT", "enforce limits.nvidia.com/gpu where "
              "set, in every daemon; default true", {"metavar": "true|false"}),
+        Flag("--accept-journal-loss", "JOURNAL_ON_DAMAGE", "when the journal is damaged or "
+             "incomplete, keep what is readable and log what was lost (=accept-loss); default: "
+             "refuse to start, exit 3",
+             {"action": "store_const", "const": ON_DAMAGE_ACCEPT_LOSS}),
+        Flag("--rebuild-from-kubernetes", "JOURNAL_ON_DAMAGE", "when the journal is damaged or "
+             "incomplete, set it aside and start empty for the Kubernetes re-list to rebuild "
+             "(=rebuild-from-kubernetes)",
+             {"action": "store_const", "const": ON_DAMAGE_REBUILD}),
     ),
     read_config=UsageConfig.from_env,
     start=lambda config, tracer_provider: start(config, tracer_provider=tracer_provider),
@@ -353,6 +369,7 @@ SPEC: DaemonSpec[UsageConfig, UsageRecorder] = DaemonSpec(
         "policy": recorder.store.policy.describe(),
     },
     start_errors=(JournalError,),
+    exit_codes=((JournalDamagedError, EXIT_JOURNAL_DAMAGED),),
 )
 
 

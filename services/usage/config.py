@@ -26,7 +26,12 @@ from services.common.config import (
     env_str,
     raise_if_problems,
 )
-from services.usage.journal import SYNCHRONOUS_MODES
+from services.usage.journal import (
+    ON_DAMAGE_MODES,
+    ON_DAMAGE_REBUILD,
+    ON_DAMAGE_REFUSE,
+    SYNCHRONOUS_MODES,
+)
 from services.usage.watch_hub import DEFAULT_MAX_STREAMS
 
 KUBERNETES_MODES = ("off", "in-cluster", "kubeconfig")
@@ -66,7 +71,7 @@ class UsageConfig:
     """This replica's holder identity (HAMI_ACCOUNTING_POD_NAME; default the hostname)."""
     memory_factor: int = 1
     """HAMi's memoryFactor: memory requests are multiplied by it once, and memory limits with
-    them (1..1024; HAMI_ACCOUNTING_MEMORY_FACTOR). Part of the accounting policy the recorder
+    them (1..65536; HAMI_ACCOUNTING_MEMORY_FACTOR). Part of the accounting policy the recorder
     publishes: the admission and scheduler daemons take it from here."""
     enforce_gpu_count: bool = True
     """Enforce ``limits.nvidia.com/gpu`` where a namespace sets it
@@ -79,6 +84,11 @@ class UsageConfig:
     """Open WatchUsage streams served at most; past it a new one is refused with
     RESOURCE_EXHAUSTED (HAMI_ACCOUNTING_MAX_WATCH_STREAMS; one per admission and scheduler
     replica is what the daemons open)."""
+    journal_on_damage: str = ON_DAMAGE_REFUSE
+    """What to do when the journal is damaged or incomplete at start
+    (HAMI_ACCOUNTING_JOURNAL_ON_DAMAGE): ``refuse`` (exit 3), ``accept-loss`` (keep what is
+    readable, log what was lost) or ``rebuild-from-kubernetes`` (start empty; needs the
+    Kubernetes source). It only acts when damage is found."""
 
     @property
     def kubernetes_enabled(self) -> bool:
@@ -134,6 +144,14 @@ class UsageConfig:
             env, "MAX_WATCH_STREAMS", DEFAULT_MAX_STREAMS, problems=problems, minimum=1,
             maximum=100_000,
         )
+        journal_on_damage = env_choice(
+            env, "JOURNAL_ON_DAMAGE", ON_DAMAGE_MODES, ON_DAMAGE_REFUSE, problems=problems
+        )
+        if journal_on_damage == ON_DAMAGE_REBUILD and kubernetes == "off":
+            problems.append(
+                f"{env_name('JOURNAL_ON_DAMAGE')}={ON_DAMAGE_REBUILD} needs the Kubernetes "
+                f"source: set {env_name('KUBERNETES')} to in-cluster or kubeconfig"
+            )
         raise_if_problems(problems)
         return cls(
             common=common,
@@ -148,4 +166,5 @@ class UsageConfig:
             enforce_gpu_count=enforce_gpu_count,
             journal_sync=journal_sync,
             max_watch_streams=max_watch_streams,
+            journal_on_damage=journal_on_damage,
         )

@@ -19,6 +19,7 @@ hub's event loop, after the lock is released.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import threading
@@ -45,10 +46,15 @@ from services.common import metrics, telemetry
 from services.common.errors import DependencyUnavailableError
 from services.usage.events import EventKind, NodeSnapshot, UsageEvent, WatchContent
 from services.usage.journal import (
+    ON_DAMAGE_MODES,
+    ON_DAMAGE_REBUILD,
+    ON_DAMAGE_REFUSE,
     DeleteNode,
     DeletePod,
     DeleteTombstones,
     Journal,
+    JournalDamage,
+    JournalDamagedError,
     JournalError,
     JournalOp,
     JournalState,
@@ -76,6 +82,8 @@ class RecoverySummary:
     namespaces: int
     revision: int
     seconds: float
+    damage: JournalDamage | None = None
+    """What was wrong with the journal, when the recorder went on anyway."""
 
 
 class _StoreMetrics:
@@ -154,11 +162,18 @@ class UsageStore:
 
     # -- recovery ------------------------------------------------------------------------------
 
-    def recover(self) -> RecoverySummary:
+    def recover(self, on_damage: str = ON_DAMAGE_REFUSE) -> RecoverySummary:
         """Loads the journal's state into the (empty) ledger; call once, before serving.
 
+        Args:
+            on_damage: what to do when the journal is damaged or incomplete
+                (``services.usage.journal.ON_DAMAGE_MODES``): refuse, keep what is readable
+                and log what was lost (accept-loss), or set the journal aside and start empty
+                for the Kubernetes source's re-list to rebuild (rebuild-from-kubernetes).
+
         Raises:
-            JournalError: the journal cannot be read.
+            JournalDamagedError: the journal is damaged and ``on_damage`` is refuse.
+            JournalError: the journal cannot be read or repaired.
         """
         started_s = time.perf_counter()
         # Recovery allocates up to millions of long-lived objects and no garbage cycles: the
@@ -172,6 +187,10 @@ class UsageStore:
         gc.disable()
         try:
             state = self._journal.load() if self._journal is not None else JournalState()
+            damage = state.damage
+            if damage is not None:
+                assert self._journal is not None
+                state = _go_on_after(damage, state, self._journal, on_damage)
             with self._lock:
                 self._restore(state)
             if len(state.pods) >= FREEZE_MIN_PODS:
@@ -186,6 +205,7 @@ class UsageStore:
                 namespaces=len(self._ledger.namespaces()),
                 revision=self._ledger.revision,
                 seconds=time.perf_counter() - started_s,
+                damage=damage,
             )
         return summary
 
@@ -729,6 +749,43 @@ class UsageStore:
             sum(self._ledger.namespace_used(namespace, v.memory_resource) for v in vendors),
             sum(self._ledger.namespace_used(namespace, v.core_resource) for v in vendors),
         )
+
+
+def _go_on_after(
+    damage: JournalDamage, state: JournalState, journal: Journal, on_damage: str
+) -> JournalState:
+    """The state to start from on a damaged journal, as ``on_damage`` says, with what was lost
+    logged; raises JournalDamagedError to refuse."""
+    if on_damage not in ON_DAMAGE_MODES:
+        raise ValueError(f"on_damage must be one of {ON_DAMAGE_MODES}, got {on_damage!r}")
+    if on_damage == ON_DAMAGE_REFUSE:
+        raise JournalDamagedError(damage)
+    lost: dict[str, object] = {"problems": list(damage.problems)}
+    if damage.acknowledged_revision > damage.readable_revision:
+        lost["lost_revisions"] = f"{damage.readable_revision + 1}..{damage.acknowledged_revision}"
+    if damage.damaged_rows:
+        lost["dropped_rows"] = list(damage.damaged_rows[:100])
+        lost["dropped_rows_total"] = len(damage.damaged_rows)
+    if on_damage == ON_DAMAGE_REBUILD:
+        revision = max(damage.readable_revision, damage.acknowledged_revision)
+        moved = journal.reset(revision)
+        _LOG.error(
+            "journal damaged: set aside, starting empty; the Kubernetes re-list rebuilds pods, "
+            "nodes and quotas (forgotten uids are not rebuilt): %s", damage.summary(),
+            extra={**lost, "set_aside": [str(p) for p in moved],
+                   "readable_pods_set_aside": len(state.pods), "on_damage": on_damage},
+        )
+        return JournalState(revision=revision)
+    revision = journal.accept_loss(damage)
+    if damage.unreadable:
+        state = JournalState()
+    _LOG.error(
+        "journal damaged: going on with what is readable (%d pods, %d nodes, %d quotas, %d "
+        "forgotten uids); what was lost is listed here: %s", len(state.pods), len(state.nodes),
+        len(state.quotas), len(state.tombstones), damage.summary(),
+        extra={**lost, "on_damage": on_damage, "revision": revision},
+    )
+    return dataclasses.replace(state, revision=revision, damage=None)
 
 
 def _changed_uid(change: LedgerChange) -> str:

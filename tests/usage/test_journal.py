@@ -158,17 +158,20 @@ def test_journal_of_another_schema_version_is_refused_clearly(tmp_path: Path) ->
         db.execute("UPDATE meta SET value = 99 WHERE key = 'schema_version'")
     with pytest.raises(JournalSchemaError) as caught:
         Journal(path)
-    assert f"schema version 99; this build reads versions 1 and {SCHEMA_VERSION}" in str(
+    assert f"schema version 99; this build reads versions 1 to {SCHEMA_VERSION}" in str(
         caught.value)
     assert str(path) in str(caught.value)
 
 
-def test_a_file_that_is_not_a_journal_is_refused(tmp_path: Path) -> None:
+def test_a_file_that_is_not_a_journal_loads_as_unreadable_damage(tmp_path: Path) -> None:
     path = tmp_path / "usage.sqlite3"
     path.write_bytes(b"this is not a database\n" * 100)
-    with pytest.raises(JournalError) as caught:
-        Journal(path)
-    assert str(path) in str(caught.value)
+    state = Journal(path).load()
+    assert state.damage is not None and state.damage.unreadable
+    assert state.damage.summary() == (
+        f"journal {path} is damaged or incomplete: SQLite cannot read it (file is not a database)"
+    )
+    assert state.pods == ()
 
 
 def test_failed_commit_writes_nothing(tmp_path: Path) -> None:
@@ -360,8 +363,8 @@ def test_a_failed_migration_leaves_the_version_1_file_as_it_was(tmp_path: Path) 
     with contextlib.closing(sqlite3.connect(path)) as db:
         before = db.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
 
-    with pytest.raises(JournalError, match="view"):
-        Journal(path)
+    damage = Journal(path).load().damage
+    assert damage is not None and damage.unreadable and "view" in damage.problems[0]
 
     with contextlib.closing(sqlite3.connect(path)) as db:
         after = db.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
