@@ -96,6 +96,7 @@ def _drive(clients: list[SlowClient], until_s: float) -> None:
         time.sleep(TRICKLE_S)
 
 
+@pytest.mark.slow
 def test_slow_clients_are_cut_off_and_connections_are_capped(
     webhook: WebhookServer, serving_certificate: tuple[Path, Path]
 ) -> None:

@@ -149,6 +149,7 @@ def _expected_request(specs: list[dict[str, Any]]) -> tuple[int, int, int] | Non
     return count, memory * FACTOR, cores
 
 
+@pytest.mark.slow
 @settings(max_examples=sized(60, 400), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(limits=st.fixed_dictionaries({key: _LIMITS for key in KEYS.values()}),
@@ -198,6 +199,7 @@ def _containers(memory_mib: int, core_percent: int, slots: int, per_container: i
                                 grants=[grant] * per_container) for i in range(copies)]
 
 
+@pytest.mark.slow
 @settings(max_examples=sized(25, 150), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(memory_mib=st.sampled_from([0, INT32_MAX]), core_percent=st.sampled_from([0, 100]),
