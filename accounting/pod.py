@@ -210,12 +210,17 @@ def remaining_usage(pod: Pod, first_unfinished_init_position: int) -> tuple[Devi
     )
 
 
-def usage_totals(usage: Iterable[DeviceUsage]) -> tuple[int, int, int]:
-    """(memory MiB, core percent, devices) summed over per-UUID usage, as a namespace sees it:
-    a device counts once however many slots the pod holds on it."""
-    entries = tuple(usage)
-    total = Amount.total(entry.amount for entry in entries)
-    return total.memory_mib, total.core_percent, len(entries)
+def usage_totals(usage: Iterable[DeviceUsage], vendor: str | None = None) -> tuple[int, int, int]:
+    """(memory MiB, core percent, devices) summed over per-UUID usage (of one ``vendor`` when
+    given), as a namespace sees it: a device counts once however many slots the pod holds on
+    it. Plain integers: journal recovery sums this for every stored pod."""
+    memory_mib = core_percent = devices = 0
+    for entry in usage:
+        if vendor is None or entry.vendor == vendor:
+            memory_mib += entry.memory_mib
+            core_percent += entry.core_percent
+            devices += 1
+    return memory_mib, core_percent, devices
 
 
 # -- requests: per vendor ----------------------------------------------------------------------

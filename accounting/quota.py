@@ -267,7 +267,7 @@ def _check(
 def vendor_totals(usage: Iterable[DeviceUsage], vendor: VendorResources) -> tuple[int, int, int]:
     """(memory MiB, core percent, devices) of the vendor's devices in ``usage``: what a pod
     holding it is charged in its namespace."""
-    return usage_totals(u for u in usage if u.vendor == vendor.vendor)
+    return usage_totals(usage, vendor.vendor)
 
 
 def held_quantities(
@@ -289,12 +289,17 @@ QUOTA_KEY_PREFIX = "limits."
 """ResourceQuota spec.hard keys HAMi manages: ``limits.`` then a vendor's resource name."""
 
 
+def quota_key(resource: str) -> str:
+    """The ResourceQuota ``spec.hard`` key limiting ``resource``: ``limits.nvidia.com/gpumem``."""
+    return f"{QUOTA_KEY_PREFIX}{resource}"
+
+
 def quota_keys(vendors: Iterable[VendorResources]) -> dict[str, str]:
     """ResourceQuota key -> resource name, for every quota dimension of ``vendors``: HAMi's
     ``limits.<memory resource>`` and ``limits.<core resource>``, and the device count
     ``limits.<count resource>`` (our extension). The one place the keys are spelled."""
     return {
-        f"{QUOTA_KEY_PREFIX}{resource}": resource
+        quota_key(resource): resource
         for vendor in vendors
         for resource in (vendor.memory_resource, vendor.core_resource, vendor.count_resource)
     }

@@ -31,7 +31,8 @@ from typing import Any
 
 from accounting.annotations import NODE_REGISTER_ANNOTATION
 from accounting.hami_codec import encode_node_register
-from accounting.model import Device
+from accounting.model import NVIDIA_RESOURCES, Device
+from accounting.quota import quota_key
 
 EPOCH = datetime.datetime(2025, 1, 6, 9, 0, 0, tzinfo=datetime.UTC)
 """When a generated window starts (a Monday morning)."""
@@ -115,7 +116,7 @@ def _quota(namespace: str, memory_mib: int) -> Json:
         "apiVersion": "v1",
         "kind": "ResourceQuota",
         "metadata": {"name": "gpu", "namespace": namespace},
-        "spec": {"hard": {"limits.nvidia.com/gpumem": str(memory_mib)}},
+        "spec": {"hard": {quota_key(NVIDIA_RESOURCES.memory_resource): str(memory_mib)}},
     }
 
 

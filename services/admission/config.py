@@ -23,7 +23,7 @@ from services.common.config import (
     env_name,
     env_path,
     raise_if_problems,
-    recorder_settings_problems,
+    recorder_client_config,
 )
 
 USAGE_CACHE_OFF = "off"
@@ -67,9 +67,7 @@ class AdmissionConfig:
             ConfigError: listing every invalid variable.
         """
         problems: list[str] = []
-        common = CommonConfig.for_service(env, "admission", problems=problems)
-        recorder_settings_problems(env, "admission", problems)
-        usage_addr = env_addr(env, "USAGE_ADDR", DEFAULT_USAGE_ADDR, problems=problems)
+        common, usage_addr = recorder_client_config(env, "admission", problems=problems)
         usage_cache = env_choice(
             env, "USAGE_CACHE", USAGE_CACHE_MODES, USAGE_CACHE_WATCH, problems=problems
         )

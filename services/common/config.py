@@ -412,6 +412,16 @@ class CommonConfig:
         return cls.from_env(env, ports.grpc, ports.metrics, problems=problems)
 
 
+def recorder_client_config(
+    env: Mapping[str, str], service: str, *, problems: list[str]
+) -> tuple[CommonConfig, str]:
+    """The settings of a daemon that reads the usage recorder (admission, scheduler): its common
+    settings and the recorder's address, refusing the recorder's own policy settings."""
+    common = CommonConfig.for_service(env, service, problems=problems)
+    recorder_settings_problems(env, service, problems)
+    return common, env_addr(env, "USAGE_ADDR", DEFAULT_USAGE_ADDR, problems=problems)
+
+
 def environment_with_flags(
     args: argparse.Namespace, flag_env: Mapping[str, str], environ: Mapping[str, str]
 ) -> dict[str, str]:

@@ -18,11 +18,10 @@ from accounting.fit import BINPACK, POLICIES, SPREAD
 from services.common.config import (
     DEFAULT_USAGE_ADDR,
     CommonConfig,
-    env_addr,
     env_choice,
     env_int,
     raise_if_problems,
-    recorder_settings_problems,
+    recorder_client_config,
 )
 
 DEFAULT_RESERVE_ATTEMPTS = 3
@@ -73,9 +72,7 @@ class SchedulerConfig:
             ConfigError: listing every invalid variable.
         """
         problems: list[str] = []
-        common = CommonConfig.for_service(env, "scheduler", problems=problems)
-        recorder_settings_problems(env, "scheduler", problems)
-        usage_addr = env_addr(env, "USAGE_ADDR", DEFAULT_USAGE_ADDR, problems=problems)
+        common, usage_addr = recorder_client_config(env, "scheduler", problems=problems)
         node_policy = env_choice(env, "NODE_SCHEDULER_POLICY", POLICIES, BINPACK, problems=problems)
         gpu_policy = env_choice(env, "GPU_SCHEDULER_POLICY", POLICIES, SPREAD, problems=problems)
         reserve_attempts = env_int(
