@@ -1,10 +1,13 @@
 """hami-accounting's pure rules: GPU accounting for pods with init containers and sidecars.
 
-Layer: accounting (pure, standard library only). Every rule of docs/design.md §2
-lives here exactly once; the three daemons call it through thin adapters.
+Layer: accounting (pure, standard library only). Every rule of docs/design.md §2 lives here
+exactly once; the three daemons call it through thin adapters.
 
-Modules: model (domain values), errors, pod (the ordering-aware formula), lifecycle (what is
-stored next), quota (the namespace check), ledger (stored usage and totals by deltas), fit (the
-scheduler's per-GPU fit), hami_codec (HAMi's annotation wire formats), kube_pod and kube_node
-(Kubernetes JSON parsers), validate (input checks).
+Modules: amount (the one amount type) and fold (the one walk over a pod's containers); model
+(domain values), vendors and policy (the accounting policy), annotations and reasons (every key
+and reason code), errors; pod (classes, sizing, the formula's views), lifecycle (what is stored
+next), quota (the namespace check), ledger (stored usage, totals by deltas, Reserve), fit (the
+scheduler's per-GPU fit), explain (one pod's charge); hami_codec (HAMi's annotation wire
+formats), kube_pod, kube_node and quantity (Kubernetes JSON readers), validate (input checks);
+counting_rules and whatif (replaying a workload under other rules).
 """

@@ -33,16 +33,7 @@ from dataclasses import dataclass, replace
 from accounting.amount import ZERO
 from accounting.amount import Amount as Amount
 from accounting.counting_rules import CountingRule, counted_pod
-from accounting.model import (
-    NVIDIA_RESOURCES,
-    Container,
-    ContainerClass,
-    DeviceGrant,
-    DeviceRequest,
-    DeviceUsage,
-    Pod,
-    VendorResources,
-)
+from accounting.model import Container, ContainerClass, DeviceGrant, DeviceRequest, DeviceUsage, Pod
 from accounting.pod import (
     EffectiveRequest,
     UsagePhases,
@@ -52,6 +43,7 @@ from accounting.pod import (
     remaining_usage,
     usage_phases,
 )
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 
 REQUEST_DEVICE = "request"
 """The device of the synthetic grants a pod without an allocation is explained on."""

@@ -54,7 +54,6 @@ from accounting.annotations import (
 )
 from accounting.errors import InvalidInputError
 from accounting.model import (
-    NVIDIA_RESOURCES,
     Container,
     ContainerClass,
     DeviceGrant,
@@ -62,7 +61,6 @@ from accounting.model import (
     DeviceUsage,
     Pod,
     QuotaItem,
-    VendorResources,
 )
 from accounting.pod import EXCLUSIVE_CORE_PERCENT, DeviceDemand, collapse_grants, device_demand
 from accounting.reasons import (
@@ -81,6 +79,7 @@ from accounting.reasons import (
     SCHEDULED,
     card_shortfall,
 )
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 
 BINPACK = "binpack"
 SPREAD = "spread"

@@ -27,7 +27,7 @@ from accounting.annotations import (
     NODE_REGISTER_ANNOTATION,
 )
 from accounting.errors import InvalidInputError, Violations
-from accounting.model import DEFAULT_DEVICE_MODE, NVIDIA, Device, DeviceGrant
+from accounting.model import DEFAULT_DEVICE_MODE, Device, DeviceGrant
 from accounting.validate import (
     INT32_MAX,
     INT32_MIN,
@@ -37,6 +37,7 @@ from accounting.validate import (
     json_kind,
     quote,
 )
+from accounting.vendors import NVIDIA
 
 _ALLOCATED_PATH = f'annotations["{DEVICES_ALLOCATED_ANNOTATION}"]'
 _REGISTER_PATH = f'annotations["{NODE_REGISTER_ANNOTATION}"]'

@@ -23,7 +23,6 @@ from accounting import hami_codec, quantity
 from accounting.annotations import DEVICES_ALLOCATED_ANNOTATION, VGPU_NODE_ANNOTATION
 from accounting.errors import InvalidInputError, Violations
 from accounting.model import (
-    NVIDIA_RESOURCES,
     Container,
     ContainerClass,
     ContainerState,
@@ -32,7 +31,6 @@ from accounting.model import (
     DeviceRequest,
     Pod,
     PodPhase,
-    VendorResources,
 )
 from accounting.pod import EXCLUSIVE_CORE_PERCENT, WHOLE_CARD_PERCENT, classify_init_container
 from accounting.validate import (
@@ -46,6 +44,7 @@ from accounting.validate import (
     quote,
     shown,
 )
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 
 DEFAULT_NAMESPACE = "default"
 """What kubectl and the API server assume when a pod names no namespace."""

@@ -17,9 +17,8 @@ from accounting.amount import Amount
 
 # Re-exported: the annotation is read from pods everywhere the model is.
 from accounting.annotations import TRACEPARENT_ANNOTATION as TRACEPARENT_ANNOTATION
+from accounting.vendors import NVIDIA
 
-NVIDIA = "NVIDIA"
-"""Vendor keyword HAMi writes into hami.io/vgpu-devices-allocated for NVIDIA devices."""
 DEFAULT_DEVICE_MODE = "hami-core"
 """A device's sharing mode when its registration names none (HAMi's default)."""
 
@@ -59,25 +58,6 @@ class PodPhase(enum.Enum):
         return self in (PodPhase.SUCCEEDED, PodPhase.FAILED)
 
 
-@dataclass(frozen=True, slots=True)
-class VendorResources:
-    """How one vendor's requests are named and sized (HAMi's ResourceNames plus defaults)."""
-
-    vendor: str = NVIDIA
-    count_resource: str = "nvidia.com/gpu"
-    memory_resource: str = "nvidia.com/gpumem"
-    memory_percentage_resource: str = "nvidia.com/gpumem-percentage"
-    core_resource: str = "nvidia.com/gpucores"
-    memory_factor: int = 1
-    """Memory requests are multiplied by this (HAMi's memoryFactor; chart default 1)."""
-    default_memory_mib: int = 0
-    """Memory given to a container that asks for neither MiB nor a percentage (0: whole card)."""
-    default_core_percent: int = 0
-    default_gpu_count: int = 1
-
-
-
-NVIDIA_RESOURCES = VendorResources()
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,15 +24,8 @@ from dataclasses import dataclass
 
 from accounting.amount import ZERO, Amount
 from accounting.fold import Phases, phases
-from accounting.model import (
-    NVIDIA_RESOURCES,
-    Container,
-    ContainerClass,
-    DeviceRequest,
-    DeviceUsage,
-    Pod,
-    VendorResources,
-)
+from accounting.model import Container, ContainerClass, DeviceRequest, DeviceUsage, Pod
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 
 SIDECAR_RESTART_POLICY = "Always"
 """The restartPolicy that makes an entry of spec.initContainers a sidecar."""

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from accounting.errors import Violations
-from accounting.model import NVIDIA_RESOURCES, VendorResources
 from accounting.validate import INT32_MAX, MAX_MEMORY_FACTOR
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 
 
 @dataclass(frozen=True, slots=True)

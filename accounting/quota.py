@@ -17,9 +17,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from accounting import reasons
-from accounting.model import NVIDIA_RESOURCES, DeviceUsage, QuotaItem, VendorResources
+from accounting.model import DeviceUsage, QuotaItem
 from accounting.pod import EffectiveRequest, usage_totals
 from accounting.policy import AccountingPolicy
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 
 
 class QuotaReason(enum.Enum):

@@ -25,7 +25,6 @@ from accounting import annotations as keys
 from accounting import fit
 from accounting import reasons as codes
 from accounting.model import (
-    NVIDIA_RESOURCES,
     Container,
     ContainerClass,
     Device,
@@ -34,10 +33,10 @@ from accounting.model import (
     DeviceState,
     DeviceUsage,
     Pod,
-    VendorResources,
 )
 from accounting.pod import collapse_grants
 from accounting.quota import check_usage
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 
 
 @dataclass

@@ -46,8 +46,9 @@ from accounting.explain import (
     explain,
 )
 from accounting.kube_pod import DEFAULT_NAMESPACE, parse_pod
-from accounting.model import NVIDIA_RESOURCES, DeviceRequest, VendorResources
+from accounting.model import DeviceRequest
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 from services.common.config import ConfigError, TlsConfig
 from services.common.errors import DependencyUnavailableError
 from services.common.policy import RecorderPolicy

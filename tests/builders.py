@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Self
 
 from accounting.model import (
-    NVIDIA,
     Container,
     ContainerClass,
     ContainerState,
@@ -28,6 +27,7 @@ from accounting.model import (
     PodPhase,
 )
 from accounting.pod import SIDECAR_RESTART_POLICY, classify_init_container
+from accounting.vendors import NVIDIA
 
 GrantOrRequest = DeviceGrant | DeviceRequest
 

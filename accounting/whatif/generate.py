@@ -31,8 +31,9 @@ from typing import Any
 
 from accounting.annotations import NODE_REGISTER_ANNOTATION
 from accounting.hami_codec import encode_node_register
-from accounting.model import NVIDIA_RESOURCES, Device
+from accounting.model import Device
 from accounting.quota import quota_key
+from accounting.vendors import NVIDIA_RESOURCES
 
 EPOCH = datetime.datetime(2025, 1, 6, 9, 0, 0, tzinfo=datetime.UTC)
 """When a generated window starts (a Monday morning)."""

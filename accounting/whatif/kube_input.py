@@ -32,10 +32,11 @@ from accounting.errors import FieldViolation, InvalidInputError
 from accounting.fit import pod_requests_devices
 from accounting.kube_node import NodeRegistration, parse_node
 from accounting.kube_pod import DEFAULT_NAMESPACE, parse_pod
-from accounting.model import NVIDIA_RESOURCES, ContainerClass, Pod, PodPhase, VendorResources
+from accounting.model import ContainerClass, Pod, PodPhase
 from accounting.quantity import QuantityError, describe, is_whole, parse_quantity
 from accounting.quota import merge_quota_limits, quota_keys
 from accounting.validate import MAX_QUOTA_LIMIT
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 from accounting.whatif.workload import DEFAULT_INIT_RUN_S, ReplayPod, Workload
 
 DEFAULT_WINDOW_S = 3600

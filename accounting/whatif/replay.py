@@ -68,12 +68,12 @@ from accounting.model import (
     DeviceState,
     Pod,
     PodPhase,
-    VendorResources,
 )
 from accounting.pod import device_demand, effective_request
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
 from accounting.quota import check_quota
 from accounting.reasons import RESOURCE_QUOTA_NOT_FIT
+from accounting.vendors import VendorResources
 from accounting.whatif.workload import ReplayPod, Workload
 
 PENDING_AT_END = "Pending"

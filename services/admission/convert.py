@@ -16,18 +16,16 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from accounting import kube_pod, validate
 from accounting.errors import InvalidInputError
-from accounting.model import Pod, QuotaItem, VendorResources
+from accounting.model import Pod, QuotaItem
 from accounting.pod import EffectiveRequest
-from accounting.quota import QuotaCheckItem
+from accounting.quota import QuotaCheckItem, QuotaDecision
+from accounting.vendors import VendorResources
 from hami.accounting.v1 import admission_pb2, types_pb2
 from services.common import convert as common
-
-if TYPE_CHECKING:
-    from services.admission.servicer import QuotaOutcome
 
 UNASSIGNED_UID = "(not assigned yet)"
 """The uid of a pod checked before the API server gave it one (span attributes, logs)."""
@@ -135,15 +133,20 @@ def check_item_to_pb(item: QuotaCheckItem) -> admission_pb2.QuotaCheckItem:
     )
 
 
-def check_response(outcome: QuotaOutcome) -> admission_pb2.CheckQuotaResponse:
-    decision = outcome.decision
+def check_response(
+    namespace: str,
+    effective: Sequence[EffectiveRequest],
+    decision: QuotaDecision,
+    traceparent: str,
+    policy_id: str,
+) -> admission_pb2.CheckQuotaResponse:
     return admission_pb2.CheckQuotaResponse(
         allowed=decision.allowed,
         reason=decision.reason,
         message=decision.message,
-        traceparent=outcome.traceparent,
-        effective=[vendor_request_to_pb(effective) for effective in outcome.effective],
+        traceparent=traceparent,
+        effective=[vendor_request_to_pb(request) for request in effective],
         items=[check_item_to_pb(item) for item in decision.items],
-        namespace=outcome.pod.namespace,
-        policy_id=outcome.policy_id,
+        namespace=namespace,
+        policy_id=policy_id,
     )

@@ -28,10 +28,11 @@ import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from accounting.model import TRACEPARENT_ANNOTATION, Pod, VendorResources
+from accounting.model import TRACEPARENT_ANNOTATION, Pod
 from accounting.pod import EffectiveRequest, effective_request
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
 from accounting.quota import QuotaDecision, check_requests
+from accounting.vendors import VendorResources
 from hami.accounting.v1 import admission_pb2, admission_pb2_grpc
 from services.admission import convert
 from services.admission.usage_source import UsageSource
@@ -256,4 +257,10 @@ class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
             via="grpc",
             min_usage_revision=convert.min_usage_revision(request),
         )
-        return convert.check_response(outcome)
+        return convert.check_response(
+            outcome.pod.namespace,
+            outcome.effective,
+            outcome.decision,
+            outcome.traceparent,
+            outcome.policy_id,
+        )

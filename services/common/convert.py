@@ -14,8 +14,6 @@ from accounting import kube_node, kube_pod, validate
 from accounting.errors import InvalidInputError, Violations
 from accounting.model import (
     DEFAULT_DEVICE_MODE,
-    NVIDIA,
-    NVIDIA_RESOURCES,
     Container,
     ContainerClass,
     ContainerState,
@@ -28,9 +26,9 @@ from accounting.model import (
     Pod,
     PodPhase,
     QuotaItem,
-    VendorResources,
 )
 from accounting.policy import AccountingPolicy
+from accounting.vendors import NVIDIA, NVIDIA_RESOURCES, VendorResources
 from hami.accounting.v1 import types_pb2, usage_pb2
 
 T = TypeVar("T")

@@ -20,9 +20,10 @@ from accounting.annotations import (
 )
 from accounting.errors import InvalidInputError, Violations
 from accounting.fit import FitResult, NodeState, QuotaContext
-from accounting.model import NVIDIA_RESOURCES, DeviceGrant, DeviceUsage, Pod, VendorResources
+from accounting.model import DeviceGrant, DeviceUsage, Pod
 from accounting.reasons import NODE_UNREGISTERED
 from accounting.validate import quote
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 from hami.accounting.v1 import scheduler_pb2, types_pb2, usage_pb2
 from services.common import convert as common
 

@@ -62,7 +62,7 @@ from accounting.fit import (
     no_device_asked,
     pod_requests_devices,
 )
-from accounting.model import NVIDIA, Pod, VendorResources
+from accounting.model import Pod
 from accounting.policy import AccountingPolicy
 from accounting.reasons import (
     NO_GPU_REQUEST,
@@ -72,6 +72,7 @@ from accounting.reasons import (
     RESERVATION_CONFLICT,
     SCHEDULED,
 )
+from accounting.vendors import NVIDIA, VendorResources
 from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc, usage_pb2, usage_pb2_grpc
 from services.common import convert as common
 from services.common import telemetry

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from accounting.model import VendorResources
 from accounting.policy import AccountingPolicy
 from accounting.validate import MAX_MEMORY_FACTOR
+from accounting.vendors import VendorResources
 from services.common.config import (
     CommonConfig,
     env_bool,

@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from accounting.errors import InvalidInputError, Violations
 from accounting.ledger import LedgerChange, RecordOutcome, ReserveOutcome
 from accounting.lifecycle import StoredPod
-from accounting.model import NVIDIA_RESOURCES, Pod, QuotaItem, VendorResources
+from accounting.model import Pod, QuotaItem
 from accounting.policy import AccountingPolicy
 from accounting.validate import quote
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 from hami.accounting.v1 import types_pb2, usage_pb2
 from services.common import convert as common
 from services.usage.events import (

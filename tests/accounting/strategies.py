@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from hypothesis import strategies as st
 
 from accounting.model import (
-    NVIDIA,
     Container,
     ContainerClass,
     ContainerState,
@@ -23,6 +22,7 @@ from accounting.model import (
     PodPhase,
 )
 from accounting.pod import EffectiveRequest
+from accounting.vendors import NVIDIA
 
 UUIDS = ("g0", "g1", "g2")
 NAMESPACES = ("ns-a", "ns-b")

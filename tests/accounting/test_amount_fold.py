@@ -12,14 +12,7 @@ from hypothesis import strategies as st
 
 from accounting.amount import ZERO, Amount, Dimension
 from accounting.fold import phases
-from accounting.model import (
-    NVIDIA_RESOURCES,
-    Container,
-    DeviceGrant,
-    DeviceRequest,
-    Pod,
-    VendorResources,
-)
+from accounting.model import Container, DeviceGrant, DeviceRequest, Pod
 from accounting.pod import (
     collapse_grants,
     device_demand,
@@ -27,6 +20,7 @@ from accounting.pod import (
     grant_amounts,
     size_request,
 )
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 from tests.accounting.strategies import pods
 from tests.builders import PodBuilder, gpu, req
 

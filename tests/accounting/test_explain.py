@@ -21,8 +21,9 @@ from accounting.explain import (
     explain,
 )
 from accounting.kube_pod import parse_pod
-from accounting.model import NVIDIA_RESOURCES, ContainerClass, Pod, VendorResources
+from accounting.model import ContainerClass, Pod
 from accounting.pod import effective_request, effective_usage, steady_state_usage, usage_totals
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 from tests.accounting.strategies import pods
 from tests.support.pods import (
     allocation,

@@ -24,15 +24,8 @@ from accounting.fit import (
     fit_pod,
     pod_requests_devices,
 )
-from accounting.model import (
-    NVIDIA_RESOURCES,
-    Device,
-    DeviceState,
-    DeviceUsage,
-    Pod,
-    QuotaItem,
-    VendorResources,
-)
+from accounting.model import Device, DeviceState, DeviceUsage, Pod, QuotaItem
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 from tests.builders import PodBuilder, req, usage
 
 

@@ -15,7 +15,6 @@ from accounting import kube_pod
 from accounting.errors import InvalidInputError
 from accounting.fit import NodeState, fit_node
 from accounting.model import (
-    NVIDIA_RESOURCES,
     ContainerClass,
     ContainerState,
     ContainerStatus,
@@ -24,9 +23,9 @@ from accounting.model import (
     DeviceRequest,
     DeviceState,
     PodPhase,
-    VendorResources,
 )
 from accounting.quantity import parse_quantity
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 
 ALLOCATED_KEY = "hami.io/vgpu-devices-allocated"
 ALLOCATED_PATH = 'metadata.annotations["hami.io/vgpu-devices-allocated"]'

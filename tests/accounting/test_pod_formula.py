@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from accounting.model import NVIDIA_RESOURCES, ContainerClass, Pod, VendorResources
+from accounting.model import ContainerClass, Pod
 from accounting.pod import classify_init_container, collapse_grants, effective_request
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 from tests.builders import PodBuilder, gpu, req
 
 _TOKEN = re.compile(r"([ISA])\((\d+)\)")

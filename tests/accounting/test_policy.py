@@ -8,8 +8,8 @@ import pytest
 
 from accounting import kube_pod
 from accounting.errors import InvalidInputError
-from accounting.model import NVIDIA_RESOURCES, VendorResources
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 from hami.accounting.v1 import types_pb2
 from services.common import convert
 

@@ -10,14 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accounting.ledger import Ledger
-from accounting.model import (
-    Container,
-    ContainerClass,
-    DeviceUsage,
-    Pod,
-    QuotaItem,
-    VendorResources,
-)
+from accounting.model import Container, ContainerClass, DeviceUsage, Pod, QuotaItem
 from accounting.pod import (
     EffectiveRequest,
     collapse_grants,
@@ -28,6 +21,7 @@ from accounting.pod import (
     usage_phases,
 )
 from accounting.quota import check_quota
+from accounting.vendors import VendorResources
 from tests.accounting.strategies import (
     NODES,
     UUIDS,

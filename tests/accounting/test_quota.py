@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from accounting.model import NVIDIA_RESOURCES, Pod, QuotaItem, VendorResources
+from accounting.model import Pod, QuotaItem
 from accounting.pod import collapse_grants, effective_request
 from accounting.quota import QuotaReason, check_quota, check_usage, quota_items_from_limits
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 from tests.builders import PodBuilder, gpu, req
 
 MEM = "nvidia.com/gpumem"
