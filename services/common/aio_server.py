@@ -31,9 +31,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from services.common import call_telemetry
 from services.common.call_telemetry import CallTelemetryInterceptor
-from services.common.config import TlsConfig, parse_host_port
+from services.common.config import TlsConfig
 from services.common.server import (
-    _WILDCARD_HOSTS,
     DEFAULT_GRACE_S,
     DEFAULT_MAX_MESSAGE_BYTES,
     LIVENESS_SERVICE,
@@ -42,6 +41,8 @@ from services.common.server import (
     _DecodeGuard,
     _message_options,
     _tls_mode,
+    dial_target,
+    serving_status,
 )
 
 _LOG = logging.getLogger(__name__)
@@ -81,12 +82,7 @@ class AioServerHandle:
     @property
     def target(self) -> str:
         """An address a client on this machine can dial, e.g. ``127.0.0.1:50053``."""
-        host, _ = parse_host_port(self.listen_addr)
-        if host in _WILDCARD_HOSTS:
-            host = "127.0.0.1"
-        elif ":" in host:
-            host = f"[{host}]"
-        return f"{host}:{self.port}"
+        return dial_target(self.listen_addr, self.port)
 
     @property
     def stopped(self) -> bool:
@@ -94,12 +90,7 @@ class AioServerHandle:
 
     def set_serving(self, serving: bool) -> None:
         """Sets the overall ("") health status and each registered service's (any thread)."""
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if serving
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        self._on_loop(self._set_all(("", *self.service_names), status))
+        self._on_loop(self._set_all(("", *self.service_names), serving_status(serving)))
 
     def set_health(
         self, service: str, status: health_pb2.HealthCheckResponse.ServingStatus

@@ -228,28 +228,18 @@ class CallTelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg
                 return async_unary_response(behavior)
             return stream_response(behavior)
 
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                unary(handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                unary(handler.stream_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                streaming(handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                streaming(handler.stream_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
+        # One entry per kind of RPC: the handler factory and how the call is observed.
+        for kind, make_handler, observe in (
+            ("unary_unary", grpc.unary_unary_rpc_method_handler, unary),
+            ("stream_unary", grpc.stream_unary_rpc_method_handler, unary),
+            ("unary_stream", grpc.unary_stream_rpc_method_handler, streaming),
+            ("stream_stream", grpc.stream_stream_rpc_method_handler, streaming),
+        ):
+            behavior = getattr(handler, kind)
+            if behavior is not None:
+                return make_handler(
+                    observe(behavior),
+                    request_deserializer=handler.request_deserializer,
+                    response_serializer=handler.response_serializer,
+                )
         return handler

@@ -81,6 +81,26 @@ def _message_options(max_message_bytes: int) -> list[tuple[str, int]]:
     ]
 
 
+def dial_target(listen_addr: str, port: int) -> str:
+    """An address a client on this machine can dial for a server listening on ``listen_addr``
+    (a wildcard host is reached through the loopback address), at its bound ``port``."""
+    host, _ = parse_host_port(listen_addr)
+    if host in _WILDCARD_HOSTS:
+        host = "127.0.0.1"
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def serving_status(serving: bool) -> health_pb2.HealthCheckResponse.ServingStatus.ValueType:
+    """The health status of a server that is serving, or not."""
+    return (
+        health_pb2.HealthCheckResponse.SERVING
+        if serving
+        else health_pb2.HealthCheckResponse.NOT_SERVING
+    )
+
+
 class ServerHandle:
     """A started server with its health servicer; stop it with ``stop`` (idempotent)."""
 
@@ -107,12 +127,7 @@ class ServerHandle:
     @property
     def target(self) -> str:
         """An address a client on this machine can dial, e.g. ``127.0.0.1:50053``."""
-        host, _ = parse_host_port(self.listen_addr)
-        if host in _WILDCARD_HOSTS:
-            host = "127.0.0.1"
-        elif ":" in host:
-            host = f"[{host}]"
-        return f"{host}:{self.port}"
+        return dial_target(self.listen_addr, self.port)
 
     @property
     def stopped(self) -> bool:
@@ -120,11 +135,7 @@ class ServerHandle:
 
     def set_serving(self, serving: bool) -> None:
         """Sets the overall ("") health status and each registered service's."""
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if serving
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
+        status = serving_status(serving)
         for name in ("", *self.service_names):
             self.health.set(name, status)
 
