@@ -136,27 +136,36 @@ def _build_script() -> ModuleType:
     return module
 
 
+def build(work_dir: Path, package: str, source: str) -> Path:
+    """Builds a one-file Go program with the interop client's toolchain; returns the binary.
+
+    Raises:
+        GoUnavailable: no Go toolchain, or the build failed.
+    """
+    script = _build_script()
+    try:
+        script.check_toolchain()
+    except script.ToolchainMissing as missing:
+        raise GoUnavailable(str(missing)) from None
+    gopath = Path(tempfile.mkdtemp(prefix="gopath-", dir=work_dir))
+    source_dir = gopath / "src" / package
+    source_dir.mkdir(parents=True)
+    (source_dir / "main.go").write_text(source)
+    binary = gopath / "bin" / package
+    built = subprocess.run(["go", "build", "-o", str(binary), package],
+                           cwd=ROOT, env=script.go_environment(gopath), capture_output=True,
+                           text=True, check=False)
+    if built.returncode != 0:
+        raise GoUnavailable(f"go build failed: {built.stderr.strip()}")
+    return binary
+
+
 class GoCaller:
     """The built Go loop client; ``run`` times one method like ``bench.load.run``."""
 
     def __init__(self, work_dir: Path) -> None:
-        script = _build_script()
-        try:
-            script.check_toolchain()
-        except script.ToolchainMissing as missing:
-            raise GoUnavailable(str(missing)) from None
-        gopath = Path(tempfile.mkdtemp(prefix="gopath-", dir=work_dir))
-        source_dir = gopath / "src" / "hamibench"
-        source_dir.mkdir(parents=True)
-        (source_dir / "main.go").write_text(_SOURCE)
-        self.binary = gopath / "bin" / "hamibench"
-        self._env = script.go_environment(gopath)
+        self.binary = build(work_dir, "hamibench", _SOURCE)
         self._work_dir = work_dir
-        built = subprocess.run(["go", "build", "-o", str(self.binary), "hamibench"],
-                               cwd=ROOT, env=self._env, capture_output=True, text=True,
-                               check=False)
-        if built.returncode != 0:
-            raise GoUnavailable(f"go build failed: {built.stderr.strip()}")
 
     def run(self, target: str, method: str, payload: bytes, budget: Budget,
             callers: int = 1) -> dict[str, float]:

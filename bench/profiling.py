@@ -78,7 +78,7 @@ def summarize(raw_path: Path, top: int = TOP, focus: str | None = None) -> dict[
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
-        names = [_frame_name(f) for f in stack.split(";") if " (" in f]
+        names = [_frame_name(f) for f in stack.split(";") if " (" in f and "0x" not in f[:2]]
         if not names:
             continue
         if focus is not None and not any(focus in name for name, _ in names):
@@ -115,12 +115,13 @@ def _package(path: str) -> str:
     return parts[0].removesuffix(".py")
 
 
-def record_pid(pid: int, seconds: float, out: Path, *, gil: bool = False
-               ) -> subprocess.Popen[bytes] | None:
+def record_pid(pid: int, seconds: float, out: Path, *, gil: bool = False,
+               native: bool = False) -> subprocess.Popen[bytes] | None:
     """Starts sampling a running process for ``seconds``; None without py-spy.
 
     ``gil``: only samples of the thread holding the GIL (where the CPU goes), instead of every
-    thread's stack (where the calls' time goes, waits included).
+    thread's stack (where the calls' time goes, waits included). ``native``: C frames too (the
+    system calls grpc makes with the GIL held show up by name).
     """
     binary = pyspy_path()
     if binary is None:
@@ -128,7 +129,7 @@ def record_pid(pid: int, seconds: float, out: Path, *, gil: bool = False
     return subprocess.Popen(
         [binary, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))),
          "--rate", str(RATE_HZ), "--format", "raw", "--output", str(out), "--nonblocking",
-         "--full-filenames", *(["--gil"] if gil else [])],
+         "--full-filenames", *(["--gil"] if gil else []), *(["--native"] if native else [])],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

@@ -83,6 +83,7 @@ def markdown(results: dict[str, Any], chart_name: str | None = CHART.name) -> st
     lines += _recorder_section(results["recorder"])
     lines += _burst_section(results["burst"])
     lines += _watch_lag_section(results.get("watch_lag"))
+    lines += _many_watchers_section(results.get("many_watchers"))
     lines += _profile_section(results.get("profiles") or {}, results["goals"])
     if chart_name:
         lines += ["", f"![benchmark chart]({chart_name})", ""]
@@ -103,6 +104,57 @@ def _watch_lag_section(lag: dict[str, Any] | None) -> list[str]:
         f"times; {lag['missed']} writes did not reach the watcher within 5 s. A check without "
         "`min_usage_revision` inside that window can miss the write (docs/admission.md).",
     ]
+
+
+_MANY_TEXT = {
+    "noop": "no-op RPC (the thread-pool server's floor)",
+    "get_pod_usage": "GetPodUsage, no stream open",
+    "get_pod_usage_watched": "GetPodUsage, the streams open",
+    "record_pod_plain": "RecordPod (journal on), no stream open",
+    "record_pod_watched": "RecordPod (journal on), every write to every stream",
+}
+
+
+def _many_watchers_section(many: dict[str, Any] | None) -> list[str]:
+    if not many:
+        return []
+    figures = many["figures"]
+    fleet = many["fleet"]
+    lag = many["watch_lag"]
+    memory = many["memory"]
+    lines = [
+        "",
+        "## Many watchers",
+        "",
+        f"Two recorders with the same nodes, one without a watcher and one with {many['watchers']}"
+        " WatchUsage streams, each on its own connection (half watching namespaces like "
+        "admission replicas, half nodes like scheduler replicas, all taking batches), held by "
+        f"a fleet process ({fleet['kind']}). {many['rounds']} rounds, one caller, each figure "
+        "right after the others; latencies in µs (docs/watch-usage.md explains the fan-out).",
+        "",
+        "| figure | p50 | p99 | calls/s | recorder CPU µs per call | fleet CPU µs per call |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, text in _MANY_TEXT.items():
+        figure = figures[name]
+        lines.append(f"| {text} | {figure['p50_us']} | {figure['p99_us']} | "
+                     f"{figure['calls_per_s']} | {figure.get('recorder_cpu_us_per_call', '')} | "
+                     f"{figure.get('fleet_cpu_us_per_call', '')} |")
+    events = fleet["events_during_rounds"]
+    messages = fleet["messages_during_rounds"]
+    lines += [
+        "",
+        f"During the rounds the streams carried {events} events in {messages} messages "
+        f"({events / messages if messages else 0:.1f} events per message: the batches). How "
+        f"stale a watcher is with the streams open ({lag['samples']} writes, each timed from "
+        f"its answer until one more watcher has its revision): p50 {lag['p50_us']} µs, p99 "
+        f"{lag['p99_us']} µs, max {lag['max_us']} µs, {lag['missed']} missed. Resident memory "
+        f"{memory['rss_before_kib']} KiB before the streams opened, "
+        f"{memory['rss_with_streams_kib']} KiB with them open and events sent: "
+        f"{memory['bytes_per_stream']} B per stream. Errors: "
+        f"{sum(f.get('errors', 0) for f in figures.values())} calls, streams {fleet['errors']}.",
+    ]
+    return lines
 
 
 def _rpc_section(rpc: dict[str, Any] | None) -> list[str]:

@@ -57,7 +57,7 @@ class Stack:
 
     def __init__(self, label: str, work_dir: Path, otlp_endpoint: str | None = None, *,
                  admission_env: dict[str, str] | None = None, scheduler: bool = True,
-                 noop: bool = True) -> None:
+                 noop: bool = True, admission: bool = True) -> None:
         self.label = label
         tracing = procs.tracing_env(otlp_endpoint)
         self.children: list[procs.Child] = []
@@ -65,7 +65,9 @@ class Stack:
             **tracing, "HAMI_ACCOUNTING_DATA_DIR": str(work_dir / f"data-{label}")})
         self.usage.wait_serving()
         reads = {**tracing, "HAMI_ACCOUNTING_USAGE_ADDR": self.usage.address}
-        self.admission = self._start("admission", work_dir, {**reads, **(admission_env or {})})
+        # A stack without admission is the recorder alone (and the no-op server, if asked).
+        self.admission = self._start("admission", work_dir, {**reads, **(admission_env or {})}) \
+            if admission else None
         self.scheduler = self._start("scheduler", work_dir, reads) if scheduler else None
         self.noop = self._start("noop", work_dir, tracing) if noop else None
         for child in self.children:

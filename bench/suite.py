@@ -13,7 +13,9 @@ Layer: benchmark. Order of a run:
    over rounds of p50, p99 and calls/s;
 4. the burst, on the tracing-off stack, then the watch lag (how long after a write's answer a
    WatchUsage watcher has it: how stale the caches are);
-5. the goals, as ratios measured in this run (a ratio goal is the median over rounds of the
+5. many watchers (``bench.many_watchers``): a recorder with 64 WatchUsage streams beside one
+   with none, in their own interleaved rounds with the no-op floor;
+6. the goals, as ratios measured in this run (a ratio goal is the median over rounds of the
    ratio of the two p50s, measured back to back); each missed goal is profiled (py-spy, or
    tracemalloc for memory) while its figure runs again.
 """
@@ -33,7 +35,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import burst, fitbench, load, profiling, recorder_scale, rpc, watch_lag, workload
+from bench import (
+    burst,
+    fitbench,
+    load,
+    many_watchers,
+    profiling,
+    recorder_scale,
+    rpc,
+    watch_lag,
+    workload,
+)
 from bench.go_client import GoCaller, GoUnavailable
 from bench.noop_server import METHOD as NOOP_METHOD
 from bench.otlp_sink import OtlpSink
@@ -61,6 +73,8 @@ class Plan:
     go: bool
     profile_seconds: float
     watch_lag_samples: int
+    watchers: int
+    """WatchUsage streams of the many-watchers phase."""
 
 
 FULL = Plan(
@@ -68,18 +82,28 @@ FULL = Plan(
     sequential=load.Budget(0.6, 8, 3000, 30), concurrent=load.Budget(0.6, 16, 3000, 10),
     fit_nodes=5000, fit_rounds=5, fit_repeat=3, naive_nodes=1000,
     scale_pods=100_000, recoveries=3, go=True, profile_seconds=5.0, watch_lag_samples=500,
+    watchers=64,
 )
 QUICK = Plan(
     node_counts=(10,), rounds_small=1, rounds_large=1,
     sequential=load.Budget(0.05, 3, 40, 2, 0.05), concurrent=load.Budget(0.05, 8, 40, 1, 0.05),
     fit_nodes=200, fit_rounds=1, fit_repeat=1, naive_nodes=50,
     scale_pods=400, recoveries=1, go=False, profile_seconds=0.0, watch_lag_samples=20,
+    watchers=4,
 )
 
 # (key, limit, unit, text) of every goal; the value is computed in ``_goals``.
 GOALS = (
     ("check_quota_vs_noop", 1.3, "×", "CheckQuota p50 ≤ 1.3 × no-op RPC p50"),
-    ("record_pod_vs_noop", 1.5, "×", "RecordPod (journal on) p50 ≤ 1.5 × no-op RPC p50"),
+    ("record_pod_vs_noop", 1.5, "×",
+     "RecordPod (journal on) p50 ≤ 1.5 × no-op RPC p50 with 2 watchers"),
+    ("record_pod_many_watchers_vs_noop", many_watchers.RECORD_POD_LIMIT, "×",
+     "RecordPod (journal on) p50 ≤ 2.0 × no-op RPC p50 with 64 watchers"),
+    ("get_pod_usage_with_streams", 1.2, "×",
+     "GetPodUsage p50 with 64 open WatchUsage streams ≤ 1.2 × with none"),
+    ("watch_lag_p99_ms", many_watchers.LAG_P99_LIMIT_US / 1000, "ms",
+     "watch lag (write answered → event at a watcher) p99 ≤ 5 ms at 64 watchers"),
+    ("bytes_per_stream", 65536.0, "B", "≤ 64 KiB resident memory per open WatchUsage stream"),
     ("filter_compute_us_per_node", 10.0, "µs", "Filter compute ≤ 10 µs per node at 5,000 nodes"),
     ("fit_speedup_vs_naive", 5.0, "×", "fit ≥ 5 × faster than the naive fit"),
     ("tracing_overhead_check_quota", 0.15, "", "tracing adds ≤ 15 % to CheckQuota p50"),
@@ -271,9 +295,47 @@ class DaemonBench:
                 for child, out, recording in started}
 
 
+def _many_watchers_values(many: dict[str, Any]) -> dict[str, tuple[float, str]]:
+    figures = many["figures"]
+    count = many["watchers"]
+
+    def rounds(figure: str, baseline: str) -> str:
+        return ", ".join(f"{r:.2f}" for r in many_watchers.spread(many, figure, baseline))
+
+    lag = many["watch_lag"]
+    memory = many["memory"]
+    watched = figures["record_pod_watched"]
+    return {
+        "record_pod_many_watchers_vs_noop": (
+            many_watchers.paired(many, "record_pod_watched", "noop"),
+            f"p50 {watched['p50_us']:.0f} µs vs no-op {figures['noop']['p50_us']:.0f} µs with "
+            f"{count} streams (rounds {rounds('record_pod_watched', 'noop')}); the same recorder "
+            f"code with none: {figures['record_pod_plain']['p50_us']:.0f} µs "
+            f"({many_watchers.paired(many, 'record_pod_plain', 'noop'):.2f} ×); recorder CPU "
+            f"{watched.get('recorder_cpu_us_per_call')} vs "
+            f"{figures['record_pod_plain'].get('recorder_cpu_us_per_call')} µs per call"),
+        "get_pod_usage_with_streams": (
+            many_watchers.paired(many, "get_pod_usage_watched", "get_pod_usage"),
+            f"p50 {figures['get_pod_usage_watched']['p50_us']:.0f} µs with {count} streams open "
+            f"vs {figures['get_pod_usage']['p50_us']:.0f} µs with none (rounds "
+            f"{rounds('get_pod_usage_watched', 'get_pod_usage')})"),
+        "watch_lag_p99_ms": (
+            round(lag["p99_us"] / 1000, 3),
+            f"{lag['samples']} writes with {count} streams open: p50 {lag['p50_us']} µs, max "
+            f"{lag['max_us']} µs, {lag['missed']} missed"),
+        "bytes_per_stream": (
+            memory["bytes_per_stream"],
+            f"VmRSS {memory['rss_before_kib']} → {memory['rss_with_streams_kib']} KiB with "
+            f"{count} streams open and events sent"),
+    }
+
+
 def _goal_values(rpc_results: dict[str, Any] | None, fit: dict[str, Any],
-                 scale: dict[str, Any]) -> dict[str, tuple[float, str]]:
+                 scale: dict[str, Any], many: dict[str, Any] | None = None
+                 ) -> dict[str, tuple[float, str]]:
     values: dict[str, tuple[float, str]] = {}
+    if many is not None:
+        values.update(_many_watchers_values(many))
     if rpc_results is not None:
         small = rpc_results["figures"][str(rpc_results["node_counts"][0])]
 
@@ -347,9 +409,15 @@ def run(plan: Plan, *, keep_work_dir: bool = False) -> dict[str, Any]:
             burst_result = burst.run(daemons.off)
             _log(f"watch lag: {plan.watch_lag_samples} writes, each until a watcher has it")
             lag = watch_lag.run(daemons.off, plan.watch_lag_samples)
-            goals = _goals(_goal_values(rpc_results, fit, scale))
+            many = many_watchers.run(
+                work_dir, plan.rounds_small, plan.sequential, watchers=plan.watchers,
+                lag_samples=plan.watch_lag_samples, profile_seconds=plan.profile_seconds,
+                go=plan.go, log=_log)
+            goals = _goals(_goal_values(rpc_results, fit, scale, many))
             profiles = _profile_misses(plan, goals, daemons, work_dir) \
                 if plan.profile_seconds else {}
+            if many["profile"]:
+                profiles["record_pod_many_watchers_vs_noop"] = many["profile"]
         finally:
             daemons.stop()
         results = {
@@ -372,6 +440,7 @@ def run(plan: Plan, *, keep_work_dir: bool = False) -> dict[str, Any]:
             "recorder": scale,
             "burst": burst_result,
             "watch_lag": lag,
+            "many_watchers": many,
             "profiles": profiles,
         }
     finally:

@@ -21,12 +21,14 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Sequence
 from concurrent import futures
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from grpc_health.v1 import _async as health_aio  # what grpc_health.v1.health exports as aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import _async as reflection_aio  # reflection.aio
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from opentelemetry.sdk.trace import TracerProvider
 
 from services.common import call_telemetry
@@ -38,7 +40,7 @@ from services.common.server import (
     LIVENESS_SERVICE,
     _bind,
     _daemon_name,
-    _DecodeGuard,
+    _guarded,
     _message_options,
     _tls_mode,
     dial_target,
@@ -247,42 +249,52 @@ def _dispatcher(
     return dispatch
 
 
-class _AioCallTelemetry(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
-    """``CallTelemetryInterceptor`` on the aio server, per call; synchronous unary handlers
-    become coroutines that run them on the loop or the pool (``_dispatcher``)."""
+@dataclass(frozen=True)
+class _Method:
+    """What the call telemetry reads of a call's details: its method (known at registration)."""
 
-    def __init__(
-        self,
-        inner: CallTelemetryInterceptor,
-        executor: futures.ThreadPoolExecutor,
-        calls: UnaryCalls,
-        inline_methods: frozenset[str],
-        inline_unless: Callable[[], bool] | None,
-    ) -> None:
+    method: str
+
+
+class _Wrapping:
+    """The server as registration sees it: every handler added is wrapped once, when it is
+    added, rather than by an interceptor on every call (``_wrap``)."""
+
+    def __init__(self, server: grpc.aio.Server, wrap: Callable[[str, Any], Any]) -> None:
+        self._server = server
+        self._wrap = wrap
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self._server.add_registered_method_handlers(  # type: ignore[attr-defined]
+            service, {name: self._wrap(f"/{service}/{name}", h) for name, h in handlers.items()}
+        )
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[Any]) -> None:
+        self._server.add_generic_rpc_handlers(
+            tuple(_WrappedGeneric(handler, self._wrap) for handler in handlers)
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._server, name)
+
+
+class _WrappedGeneric(grpc.GenericRpcHandler):  # type: ignore[type-arg]
+    """A generic handler whose method handlers are wrapped, once per method."""
+
+    def __init__(self, inner: Any, wrap: Callable[[str, Any], Any]) -> None:
         self._inner = inner
-        self._executor = executor
-        self._calls = calls
-        self._inline_methods = inline_methods
-        self._inline_unless = inline_unless
+        self._wrap = wrap
+        self._wrapped: dict[str, Any] = {}
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Any:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
-        observed: Any = self._inner.intercept_service(lambda _details: handler,
-                                                      handler_call_details)
-        if observed is None or observed.unary_unary is None or asyncio.iscoroutinefunction(
-            observed.unary_unary
-        ):
-            return observed
-        inline = handler_call_details.method in self._inline_methods
-        return observed._replace(unary_unary=_dispatcher(
-            observed.unary_unary, self._executor, self._calls, inline, self._inline_unless
-        ))
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        method = handler_call_details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is None:
+            handler = self._inner.service(handler_call_details)
+            if handler is None:
+                return None
+            wrapped = self._wrapped[method] = self._wrap(method, handler)
+        return wrapped
 
 
 def build_aio_server(
@@ -318,16 +330,24 @@ def build_aio_server(
     thread.start()
     executor = futures.ThreadPoolExecutor(max_workers=max_workers,
                                           thread_name_prefix="grpc-server")
-    interceptor = _AioCallTelemetry(
-        CallTelemetryInterceptor(
-            metrics_service or _daemon_name(service_names),
-            tracer_provider.get_tracer(call_telemetry.__name__) if tracer_provider else None,
-        ),
-        executor,
-        unary_calls or UnaryCalls(),
-        frozenset(inline_methods),
-        inline_unless,
+    telemetry = CallTelemetryInterceptor(
+        metrics_service or _daemon_name(service_names),
+        tracer_provider.get_tracer(call_telemetry.__name__) if tracer_provider else None,
     )
+    calls = unary_calls or UnaryCalls()
+    inline = frozenset(inline_methods)
+
+    def wrap(method: str, handler: Any) -> Any:
+        """Decode guard, then call telemetry, then (a synchronous unary handler) the dispatch
+        to the loop or the pool: what an interceptor would do on every call, done once."""
+        observed: Any = telemetry.intercept_service(
+            lambda _details: _guarded(method, handler), _Method(method)  # type: ignore[arg-type]
+        )
+        if observed.unary_unary is None or asyncio.iscoroutinefunction(observed.unary_unary):
+            return observed
+        return observed._replace(unary_unary=_dispatcher(
+            observed.unary_unary, executor, calls, method in inline, inline_unless
+        ))
 
     async def start() -> tuple[grpc.aio.Server, int, health_aio.HealthServicer]:
         options = [
@@ -336,14 +356,18 @@ def build_aio_server(
             # two share traffic silently; a daemon must fail instead.
             ("grpc.so_reuseport", 0),
         ]
-        server = grpc.aio.server(
-            migration_thread_pool=executor, interceptors=[interceptor], options=options
-        )
-        register(_DecodeGuard(server))  # type: ignore[arg-type]  # a proxy of the server
+        server = grpc.aio.server(migration_thread_pool=executor, options=options)
+        wrapping: Any = _Wrapping(server, wrap)
+        register(wrapping)
         health_servicer = health_aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        reflection.enable_server_reflection(
-            (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, wrapping)
+        # A proxy is not a grpc.aio.Server to enable_server_reflection's eyes: register the aio
+        # servicer the way it would.
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+            reflection_aio.ReflectionServicer(
+                (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME)
+            ),
+            wrapping,
         )
         port = _bind(server, listen_addr, tls)  # type: ignore[arg-type]  # same port API
         status = (

@@ -68,7 +68,7 @@ cut-off watcher that stopped reading can still hold, besides its transport's win
 class Throttle:
     """How much of the event loop the fan-out takes while unary calls keep arriving."""
 
-    credits_per_call: int = 4
+    credits_per_call: int = 1
     """Messages to watchers each answered unary call lets through (0: no throttle, the
     fan-out takes every loop iteration the calls leave)."""
     idle_s: float = 0.001
@@ -220,11 +220,15 @@ class _Entry:
 
 @dataclass
 class InitialState:
-    """A subscription's current state, encoded once per (content, revision)."""
+    """A subscription's current state, encoded once per (content, policy or not, revision) and
+    shared by the watchers that subscribe with it."""
 
     revision: int
     messages: tuple[bytes, ...]
-    """One encoded event per node and namespace (SNAPSHOT), then INITIAL_STATE_COMPLETE."""
+    """One encoded event per node and namespace (SNAPSHOT, after the POLICY event when asked
+    for), then INITIAL_STATE_COMPLETE: what a watcher without batches is sent."""
+    batches: tuple[bytes, ...]
+    """The same events as batch messages: what a watcher with batches is sent."""
 
 
 class WatchStream:
@@ -344,7 +348,9 @@ class WatchHub:
         messages = [_encoded(event, content, self._encode) for event in events]
         messages.append(_encoded(
             UsageEvent(EventKind.INITIAL_STATE_COMPLETE, revision), content, self._encode))
-        state = InitialState(revision, tuple(messages))
+        # Both forms are built here, off the loop, once for every watcher that shares them.
+        batches = tuple(_batched(self._frame(message) for message in messages))
+        state = InitialState(revision, tuple(messages), batches)
         with self._lock:
             return self._initial.setdefault((content, with_policy, revision), state)
 
@@ -407,7 +413,7 @@ class WatchHub:
             WatcherCutOffError: the watcher fell too far behind.
         """
         if initial is not None:
-            for message in self._group(initial.messages, stream.accept_batches):
+            for message in initial.batches if stream.accept_batches else initial.messages:
                 await self._turn(stream)
                 yield message
         if self._pending(stream):
@@ -464,12 +470,6 @@ class WatchHub:
             entries = self._log[stream.cursor - self._log_start:]
             stream.cursor += len(entries)
         return entries
-
-    def _group(self, messages: Sequence[bytes], batches: bool) -> Iterable[bytes]:
-        if not batches:
-            yield from messages
-            return
-        yield from _batched(self._frame(m) for m in messages)
 
     def _batches(self, entries: Sequence[_Entry], content: WatchContent) -> Iterable[bytes]:
         if len(entries) == 1:

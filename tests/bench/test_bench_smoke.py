@@ -16,7 +16,11 @@ SUMMARY_KEYS = {"p50_us", "p99_us", "calls_per_s", "calls", "rounds", "errors"}
 FIGURES = {"noop", "check_quota", "check_quota_direct", "record_pod", "record_pod_unwatched",
            "get_node_usage", "filter", "noop_traced", "check_quota_traced", "filter_traced"}
 GOALS = {"check_quota_vs_noop", "record_pod_vs_noop", "filter_compute_us_per_node",
-         "fit_speedup_vs_naive", "tracing_overhead_check_quota", "recovery_s", "bytes_per_pod"}
+         "fit_speedup_vs_naive", "tracing_overhead_check_quota", "recovery_s", "bytes_per_pod",
+         "record_pod_many_watchers_vs_noop", "get_pod_usage_with_streams", "watch_lag_p99_ms",
+         "bytes_per_stream"}
+MANY_WATCHERS = {"noop", "get_pod_usage", "get_pod_usage_watched", "record_pod_plain",
+                 "record_pod_watched"}
 
 
 def test_quick_run_writes_every_section(tmp_path: Path) -> None:
@@ -55,6 +59,12 @@ def test_quick_run_writes_every_section(tmp_path: Path) -> None:
     assert burst["errors"] == 0
     assert burst["no_double_allocation"] is True
 
+    many = results["many_watchers"]
+    assert many["figures"].keys() == MANY_WATCHERS
+    assert all(figure["errors"] == 0 for figure in many["figures"].values())
+    assert many["fleet"]["errors"] == {} and many["watch_lag"]["missed"] == 0
+    assert many["fleet"]["events_during_rounds"] > 0
+
     text = (tmp_path / "benchmarks.md").read_text()
-    assert "## Goals" in text and "## Burst" in text
+    assert "## Goals" in text and "## Burst" in text and "## Many watchers" in text
     assert (tmp_path / "benchmarks.png").is_file() == with_chart

@@ -1,0 +1,225 @@
+"""Many replicas on one recorder: calls, writes, staleness and memory with 64 WatchUsage streams.
+
+Layer: benchmark. Two recorders run side by side, both with the recorder-only stack and the
+same nodes: ``plain`` has no watcher; ``fleet`` has the streams of a ``bench.watch_fleet``
+process (half watching namespaces like admission replicas, half nodes like scheduler replicas,
+each stream on its own connection, all asking for batches like ``services.common.usage_watch``).
+In rounds, one after the other, so that noise hits a figure and its baseline alike:
+
+* the no-op RPC (the thread-pool server's floor, as in the rest of the benchmark);
+* GetPodUsage on ``plain`` (no stream open) and on ``fleet`` (the streams open, idle);
+* RecordPod (journal on) on ``plain`` and on ``fleet`` (every write fans out to every stream).
+
+Then, on ``fleet``: how stale a watcher is (``bench.watch_lag``: a write's answer to its event at
+one more watcher), and the recorder's resident memory per open stream (VmRSS with the streams
+open and events flowing, less VmRSS before they were opened, over the number of streams).
+
+``python -m bench.many_watchers`` runs this alone and prints the goal ratios
+(``--rounds``, ``--watchers``, ``--lag-samples``, ``--out FILE`` for the JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import load, profiling, rpc, watch_lag
+from bench.stats import combine_rounds, ratio
+from bench.watch_fleet import Fleet
+from hami.accounting.v1 import usage_pb2, usage_pb2_grpc
+
+WATCHERS = 64
+FIGURES = ("noop", "get_pod_usage", "get_pod_usage_watched", "record_pod_plain",
+           "record_pod_watched")
+"""In the order each round runs them."""
+RECORD_POD_LIMIT = 2.0
+"""The goal: RecordPod p50 with the streams open at most this many times the no-op p50."""
+LAG_P99_LIMIT_US = 5000.0
+"""The goal: a watcher has a write's event at most this long after its answer, p99."""
+MEMORY_WRITES = 300
+"""RecordPods (then forgotten) with the streams open before the memory is read: every stream has
+had events, batches and its initial state, and the allocator has settled."""
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU time of a process so far, seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pod_usage_caller() -> load.ClientFactory:
+    request = usage_pb2.GetPodUsageRequest(pod_uid="bench-never-recorded")
+
+    def factory(channel: Any, _k: int) -> load.Call:
+        stub = usage_pb2_grpc.UsageRecorderStub(channel)
+        return lambda _i: stub.GetPodUsage(request, timeout=rpc.RPC_TIMEOUT_S)
+    return factory
+
+
+def _record(stack: rpc.Stack, budget: load.Budget, fleet: Fleet | None = None) -> dict[str, Any]:
+    """RecordPod's figure, with the CPU the recorder (and the fleet) spent per call."""
+    tally = rpc.Tally()
+    recorder_before = _cpu_s(stack.usage.pid)
+    fleet_before = _cpu_s(fleet.pid) if fleet is not None else 0.0
+    try:
+        summary = load.run(stack.usage.address, rpc.record_pod_caller(stack, tally), budget)
+        calls = max(1, int(summary["calls"]))
+        summary["recorder_cpu_us_per_call"] = round(
+            (_cpu_s(stack.usage.pid) - recorder_before) / calls * 1e6, 1)
+        if fleet is not None:
+            summary["fleet_cpu_us_per_call"] = round(
+                (_cpu_s(fleet.pid) - fleet_before) / calls * 1e6, 1)
+        return summary
+    finally:
+        stack.forget(tally.uids)
+
+
+def _settle_writes(stack: rpc.Stack, count: int) -> None:
+    """``count`` RecordPods, then their ForgetPods: events for every stream, nothing kept."""
+    tally = rpc.Tally()
+    load.run(stack.usage.address, rpc.record_pod_caller(stack, tally),
+             load.Budget(60.0, count, count, 0))
+    stack.forget(tally.uids)
+
+
+def _profile(stack: rpc.Stack, fleet: Fleet, budget: load.Budget, seconds: float,
+             work_dir: Path) -> dict[str, Any]:
+    """py-spy on the watched recorder while RecordPod runs: the GIL holders, native frames
+    included (gRPC's socket writes happen with the GIL held)."""
+    out = work_dir / "profile-many-watchers.raw"
+    recording = profiling.record_pid(stack.usage.pid, seconds, out, gil=True, native=True)
+    deadline = time.monotonic() + seconds + 0.5
+    while time.monotonic() < deadline:
+        _record(stack, budget, fleet)
+    return profiling.finish(recording, out, None)
+
+
+def run(work_dir: Path, rounds: int, budget: load.Budget, *, watchers: int = WATCHERS,
+        lag_samples: int = 300, profile_seconds: float = 0.0, go: bool = True,
+        log: Callable[[str], None] = print) -> dict[str, Any]:
+    log(f"many watchers: two recorders, {watchers} streams on one of them")
+    plain = rpc.Stack("plain", work_dir, admission=False, scheduler=False)
+    fleet_stack = rpc.Stack("fleet", work_dir, admission=False, scheduler=False, noop=False)
+    fleet: Fleet | None = None
+    try:
+        for stack in (plain, fleet_stack):
+            stack.prepare_record_nodes()
+            stack.grow(100)
+            _settle_writes(stack, MEMORY_WRITES)
+        time.sleep(0.5)
+        rss_before_kib = fleet_stack.usage.rss_kib()
+        fleet = Fleet(fleet_stack.usage.address, watchers, work_dir, go=go)
+        _settle_writes(fleet_stack, MEMORY_WRITES)
+        time.sleep(0.5)
+        rss_after_kib = fleet_stack.usage.rss_kib()
+        assert plain.noop is not None
+        measures: dict[str, Callable[[], dict[str, Any]]] = {
+            "noop": lambda: load.run(plain.noop.address, rpc.noop_caller(), budget),  # type: ignore[union-attr]
+            "get_pod_usage": lambda: load.run(plain.usage.address, pod_usage_caller(), budget),
+            "get_pod_usage_watched": lambda: load.run(fleet_stack.usage.address,
+                                                      pod_usage_caller(), budget),
+            "record_pod_plain": lambda: _record(plain, budget),
+            "record_pod_watched": lambda: _record(fleet_stack, budget, fleet),
+        }
+        by_figure: dict[str, list[dict[str, Any]]] = {name: [] for name in FIGURES}
+        sent_before = fleet.report()
+        for round_index in range(rounds):
+            log(f"many watchers: round {round_index + 1}/{rounds}")
+            for name in FIGURES:
+                by_figure[name].append(measures[name]())
+        sent_after = fleet.report()
+        log(f"many watchers: watch lag, {lag_samples} writes with {watchers} streams open")
+        lag = watch_lag.run(fleet_stack, lag_samples)
+        fleet_end = fleet.report()
+        profile: dict[str, Any] = {}
+        if profile_seconds:
+            record_ratio = statistics.median(
+                ratio(a["p50_us"], b["p50_us"])
+                for a, b in zip(by_figure["record_pod_watched"], by_figure["noop"], strict=True))
+            if record_ratio > RECORD_POD_LIMIT or lag["p99_us"] > LAG_P99_LIMIT_US:
+                log("many watchers: profiling RecordPod on the watched recorder")
+                profile = _profile(fleet_stack, fleet, budget, profile_seconds, work_dir)
+    finally:
+        if fleet is not None:
+            fleet.stop()
+        for stack in (fleet_stack, plain):
+            stack.stop()
+    figures = {name: combine_rounds(results) for name, results in by_figure.items()}
+    for name, results in by_figure.items():
+        figures[name]["errors"] = sum(int(r.get("errors", 0)) for r in results)
+        for key in ("recorder_cpu_us_per_call", "fleet_cpu_us_per_call"):
+            if key in results[0]:
+                figures[name][key] = round(statistics.median(r[key] for r in results), 1)
+    return {
+        "watchers": watchers,
+        "rounds": rounds,
+        "figures": figures,
+        "fleet": {
+            "kind": fleet.kind,
+            "messages_during_rounds": sent_after["messages"] - sent_before["messages"],
+            "events_during_rounds": sent_after["events"] - sent_before["events"],
+            "errors": fleet_end["errors"],
+        },
+        "watch_lag": lag,
+        "memory": {
+            "rss_before_kib": rss_before_kib,
+            "rss_with_streams_kib": rss_after_kib,
+            "bytes_per_stream": round((rss_after_kib - rss_before_kib) * 1024 / watchers, 1),
+        },
+        "profile": profile,
+    }
+
+
+def paired(result: dict[str, Any], figure: str, baseline: str) -> float:
+    """Median over rounds of the round's p50 ratio (both ran back to back)."""
+    pairs = zip(result["figures"][figure]["round_p50_us"],
+                result["figures"][baseline]["round_p50_us"], strict=True)
+    return round(statistics.median(ratio(a, b) for a, b in pairs), 3)
+
+
+def spread(result: dict[str, Any], figure: str, baseline: str) -> list[float]:
+    """Every round's p50 ratio, for the spread beside the median."""
+    return [ratio(a, b) for a, b in zip(result["figures"][figure]["round_p50_us"],
+                                        result["figures"][baseline]["round_p50_us"], strict=True)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.many_watchers",
+                                     description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--watchers", type=int, default=WATCHERS)
+    parser.add_argument("--lag-samples", type=int, default=500)
+    parser.add_argument("--seconds", type=float, default=0.6, help="per figure per round")
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    work_dir = Path(tempfile.mkdtemp(prefix="hami-bench-watchers-"))
+    result = run(work_dir, args.rounds, load.Budget(args.seconds, 8, 3000, 30),
+                 watchers=args.watchers, lag_samples=args.lag_samples)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    figures = result["figures"]
+    for name in FIGURES:
+        cpu = {k: v for k, v in figures[name].items() if k.endswith("cpu_us_per_call")}
+        print(f"{name:24s} p50 {figures[name]['p50_us']:8.1f} µs  rounds "
+              f"{figures[name]['round_p50_us']} {cpu or ''}")
+    for figure, baseline in (("get_pod_usage_watched", "get_pod_usage"),
+                             ("record_pod_plain", "noop"), ("record_pod_watched", "noop")):
+        print(f"{figure} / {baseline}: median {paired(result, figure, baseline)} ×, rounds "
+              f"{[round(r, 2) for r in spread(result, figure, baseline)]}")
+    lag = result["watch_lag"]
+    print(f"watch lag with {result['watchers']} streams: p50 {lag['p50_us']} µs, p99 "
+          f"{lag['p99_us']} µs, max {lag['max_us']} µs, missed {lag['missed']}")
+    print(f"memory per open stream: {result['memory']['bytes_per_stream']} B")
+    print(f"fleet during the rounds: {result['fleet']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
