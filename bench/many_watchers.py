@@ -15,7 +15,8 @@ one more watcher), and the recorder's resident memory per open stream (VmRSS wit
 open and events flowing, less VmRSS before they were opened, over the number of streams).
 
 ``python -m bench.many_watchers`` runs this alone and prints the goal ratios
-(``--rounds``, ``--watchers``, ``--lag-samples``, ``--out FILE`` for the JSON).
+(``--rounds``, ``--watchers``, ``--lag-samples``, ``--seconds``, ``--fleet go|python``,
+``--out FILE`` for the JSON).
 """
 
 from __future__ import annotations
@@ -198,10 +199,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lag-samples", type=int, default=500)
     parser.add_argument("--seconds", type=float, default=0.6, help="per figure per round")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--fleet", choices=("go", "python"), default="go",
+                        help="the watchers' process (go falls back to python without Go)")
     args = parser.parse_args(argv)
     work_dir = Path(tempfile.mkdtemp(prefix="hami-bench-watchers-"))
     result = run(work_dir, args.rounds, load.Budget(args.seconds, 8, 3000, 30),
-                 watchers=args.watchers, lag_samples=args.lag_samples)
+                 watchers=args.watchers, lag_samples=args.lag_samples,
+                 go=args.fleet == "go")
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     figures = result["figures"]

@@ -1,0 +1,32 @@
+"""The benchmark's parts that run on their own (``python -m bench.many_watchers``, ``python -m
+bench.tracing_cost``): each runs end to end at the smallest size and prints its figures. No
+timing is asserted: at this size the figures mean nothing, only that every part runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_many_watchers_runs_alone() -> None:
+    out = run("bench.many_watchers", "--rounds", "1", "--watchers", "4", "--lag-samples", "10",
+              "--seconds", "0.05", "--fleet", "python")
+    for line in ("record_pod_watched / noop: median", "get_pod_usage_watched / get_pod_usage",
+                 "watch lag with 4 streams", "memory per open stream", "missed 0",
+                 "'errors': {}"):
+        assert line in out, out
+
+
+def test_tracing_cost_runs_alone() -> None:
+    out = run("bench.tracing_cost", "--rounds", "1", "--seconds", "0.05")
+    assert "tracing adds" in out and "hami-accounting-admission" in out, out
