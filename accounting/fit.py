@@ -275,6 +275,25 @@ class NodeState:
         """HAMi's node score on current usage (binpack prefers high, spread low)."""
         return self._columns.node_score
 
+    def without(self, usage: Iterable[DeviceUsage]) -> NodeState:
+        """The node as it would be without ``usage`` (a pod's own stored charge, which must
+        not count against the pod when it is filtered again); never below nothing used."""
+        released = {entry.uuid: entry for entry in usage}
+        if not any(state.device.uuid in released for state in self.devices):
+            return self
+        devices = []
+        for state in self.devices:
+            entry = released.get(state.device.uuid)
+            if entry is not None:
+                state = DeviceState(
+                    state.device,
+                    max(state.memory_used_mib - entry.memory_mib, 0),
+                    max(state.core_percent_used - entry.core_percent, 0),
+                    max(state.slots_used - entry.slots, 0),
+                )
+            devices.append(state)
+        return NodeState(self.node_name, tuple(devices))
+
 
 @dataclass(frozen=True, slots=True)
 class QuotaContext:
@@ -284,6 +303,20 @@ class QuotaContext:
     """Keyed by resource name (nvidia.com/gpumem, nvidia.com/gpucores, nvidia.com/gpu)."""
     enforce_gpu_count: bool = True
     """The policy's: whether the device count limit is enforced where set."""
+
+    def without(
+        self, usage: Sequence[DeviceUsage], vendors: Iterable[VendorResources]
+    ) -> QuotaContext:
+        """The quota as it would be without ``usage`` (a pod's own stored charge, released
+        when the pod is filtered again, as Reserve does); never below nothing used."""
+        items = dict(self.items)
+        for vendor in vendors:
+            for resource, quantity in quota_rules.held_quantities(usage, vendor):
+                item = items.get(resource)
+                if item is not None:
+                    used = max(item.used - quantity, 0)
+                    items[resource] = QuotaItem(resource, used, item.limit, item.limit_set)
+        return QuotaContext(items, self.enforce_gpu_count)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,13 +14,16 @@ delivery), while a uid drops out only after 100,000 later deletions. Should an u
 that still arrive, the pod is charged again as before tombstones existed, until a ForgetPod (or,
 with the Kubernetes source, the next re-list) releases it.
 
-Reserve and tombstones. ForgetPod carries only a uid, and it has two callers: the informer (the
-pod is deleted) and the scheduler, which releases a pod's reservation before it filters the pod
-again (HAMi's re-filter). The ledger tells them apart by what was stored: forgetting a uid with
-nothing stored can only be a delete (the scheduler releases only what it found stored), so that
-tombstone refuses Reserve (``PodForgotten``) as well as RecordPod. Forgetting a stored pod leaves
-a tombstone that refuses RecordPod only, so the re-filter's Reserve can store the pod again;
-a later forget of the same uid with nothing stored (the delete) hardens it.
+Reserve and tombstones. A forget means the pod was deleted: its tombstone refuses Reserve
+(``PodForgotten``) as well as RecordPod, so a Filter still running for a deleted pod stores
+nothing. The scheduler never forgets a pod to filter it again: a re-filter's Reserve states the
+reservation it replaces (``replaces_revision``: the ``StoredPod.revision`` it read, 0 for
+none) and replaces it atomically, and a re-filter that finds no node releases it with
+``release``, which leaves no tombstone. Either is refused (``ReservationChanged``), changing
+nothing, when what is stored is no longer what the scheduler read: another Filter for the same
+pod, on another scheduler replica, got there first, and its answer is the one that stands.
+Journals written before this rule may hold "reservable" tombstones (a stored pod forgotten,
+which then might have been a re-filter's release): they still refuse RecordPod only.
 
 Finished pods. A pod that reached Succeeded or Failed never uses a device again. One that was
 tracked stays stored with nothing charged (``StoredPod.terminal``) until it is forgotten; one
@@ -65,8 +68,8 @@ class TombstoneChange:
 
     uid: str
     reservable: bool
-    """True: refuses RecordPod only (a stored pod was forgotten, perhaps a released reservation);
-    False: refuses Reserve too (forgotten with nothing stored: a delete)."""
+    """True: refuses RecordPod only (only restored from journals written before every forget
+    meant a delete); False: refuses Reserve too."""
     previous: bool | None
     """The kind it had before (None: the uid was not remembered)."""
     evicted: tuple[tuple[str, bool], ...] = ()
@@ -96,8 +99,12 @@ class LedgerChange:
 
     @property
     def changed(self) -> bool:
-        """True when the stored value differs after the change."""
-        return self.before != self.after
+        """True when the stored value differs after the change, or was stored again under a
+        new revision (a re-filter that reserved the same placement claims it)."""
+        before, after = self.before, self.after
+        return before != after or (
+            before is not None and after is not None and before.revision != after.revision
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +131,16 @@ class ReserveOutcome:
     change: LedgerChange | None
 
 
+@dataclass(frozen=True, slots=True)
+class ReleaseOutcome:
+    """What ReleaseReservation did: released, or refused with a reason and nothing changed."""
+
+    released: bool
+    reason: str
+    message: str
+    change: LedgerChange | None
+
+
 class ReserveReason:
     """Reserve's reason codes, by name (spelled in accounting.reasons; quota codes come from
     accounting.quota.QuotaReason)."""
@@ -135,6 +152,7 @@ class ReserveReason:
     NO_GRANTS = reasons.NO_GRANTS
     POD_FORGOTTEN = reasons.POD_FORGOTTEN
     POLICY_CHANGED = reasons.POLICY_CHANGED
+    RESERVATION_CHANGED = reasons.RESERVATION_CHANGED
 
 
 class Ledger:
@@ -319,12 +337,55 @@ class Ledger:
         )
 
     def forget(self, uid: str) -> LedgerChange:
-        """Releases exactly what is stored for a pod (shrunk or not), forgets it, and writes
-        its tombstone (see the module docstring for the two kinds)."""
+        """The pod was deleted: releases exactly what is stored for it (shrunk or not), forgets
+        it, and writes its tombstone, which refuses RecordPod and Reserve from then on."""
         before = self._pods.get(uid)
         change = self._apply(before, None)
-        tombstone = self._bury(uid, reservable=before is not None)
+        tombstone = self._bury(uid, reservable=False)
         return change if tombstone is None else LedgerChange(before, None, tombstone)
+
+    def stored_revision(self, uid: str) -> int:
+        """The revision of what is stored for the pod (``StoredPod.revision``), 0 for nothing:
+        what a re-filter reads and states it replaces."""
+        stored = self._pods.get(uid)
+        return 0 if stored is None else stored.revision
+
+    def _changed_since(self, uid: str, replaces_revision: int) -> str | None:
+        """Why what is stored for the pod is no longer what the caller read, or None."""
+        stored = self._pods.get(uid)
+        current = 0 if stored is None else stored.revision
+        if current == replaces_revision:
+            return None
+        read = "nothing" if not replaces_revision else f"revision {replaces_revision}"
+        now = (
+            "nothing"
+            if stored is None
+            else f"revision {current} ({_describe(stored.usage)} on {stored.node_name})"
+        )
+        return (
+            f"pod {uid} was read with {read} stored and now has {now}: another Filter for the "
+            "same pod (or an update) changed it meanwhile, and that stands; nothing changed"
+        )
+
+    def release(self, uid: str, replaces_revision: int) -> ReleaseOutcome:
+        """Releases a pod's reservation without forgetting the pod (a re-filter that found no
+        node): no tombstone, so the pod can be reserved again. Refused, changing nothing,
+        unless what is stored is still ``replaces_revision`` (``ReservationChanged``)."""
+        changed = self._changed_since(uid, replaces_revision)
+        if changed is not None:
+            return ReleaseOutcome(False, ReserveReason.RESERVATION_CHANGED, changed, None)
+        before = self._pods.get(uid)
+        if before is None:
+            return ReleaseOutcome(
+                False, Decision.NOT_TRACKED.value, f"pod {uid} has nothing stored", None
+            )
+        change = self._apply(before, None)
+        return ReleaseOutcome(
+            True,
+            Decision.RELEASED.value,
+            f"released {_describe(before.usage)} on {before.node_name}",
+            change,
+        )
 
     def drop(self, uid: str) -> LedgerChange:
         """Releases what is stored for a pod without a tombstone: only to undo a change that
@@ -375,8 +436,9 @@ class Ledger:
             del self._tombstones[self._tombstone_order.popleft()]
 
     def restore(self, stored: StoredPod) -> LedgerChange:
-        """Puts a stored value back as it was acknowledged (journal replay)."""
-        return self._apply(self._pods.get(stored.uid), stored)
+        """Puts a stored value back as it was acknowledged (journal replay, or the undo of a
+        change whose journal write failed), its revision included."""
+        return self._apply(self._pods.get(stored.uid), stored, stamp=False)
 
     def restore_all(self, stored_pods: Iterable[StoredPod], *, interned: bool = False) -> int:
         """Loads acknowledged pods into an empty ledger in one pass (journal recovery).
@@ -419,6 +481,7 @@ class Ledger:
                     stored.terminal,
                     stored.init_progress,
                     stored.init_restarts,
+                    stored.revision or 1,
                 )
             if stored.uid in pods:
                 raise ValueError(f"restore_all: pod {stored.uid} appears twice")
@@ -472,14 +535,23 @@ class Ledger:
         self.revision += 1
         return len(pods)
 
-    def reserve(self, pod: Pod, node_name: str, *, policy_id: str = "") -> ReserveOutcome:
+    def reserve(
+        self,
+        pod: Pod,
+        node_name: str,
+        *,
+        policy_id: str = "",
+        replaces_revision: int | None = None,
+    ) -> ReserveOutcome:
         """Atomically re-checks capacity and quota for the pod's grants on a node, then records.
 
         A reservation that exists for the same pod (a re-filter) is replaced: its usage does not
         count against the new placement. Refusals change nothing. A uid forgotten with nothing
         stored (a delete, or a pod first seen finished) and a pod stored as finished are refused
         with ``PodForgotten`` before any other check: a finished pod is never charged again.
-        Grants computed under another policy than this ledger's (``policy_id``, when given) are
+        Then, when ``replaces_revision`` is given, what is stored for the pod must still be
+        that (``StoredPod.revision``, 0 for nothing), else ``ReservationChanged``. Grants
+        computed under another policy than this ledger's (``policy_id``, when given) are
         refused with ``PolicyChanged`` after that.
         """
         previous = self._pods.get(pod.uid)
@@ -487,8 +559,8 @@ class Ledger:
             return ReserveOutcome(
                 False,
                 ReserveReason.POD_FORGOTTEN,
-                f"pod {pod.uid} was deleted or seen finished (remembered with nothing stored); "
-                "nothing reserved (Kubernetes never reuses a uid)",
+                f"pod {pod.uid} was deleted or seen finished: nothing is reserved for it "
+                "again (Kubernetes never reuses a uid)",
                 None,
                 None,
             )
@@ -501,6 +573,12 @@ class Ledger:
                 previous,
                 None,
             )
+        if replaces_revision is not None:
+            changed = self._changed_since(pod.uid, replaces_revision)
+            if changed is not None:
+                return ReserveOutcome(
+                    False, ReserveReason.RESERVATION_CHANGED, changed, previous, None
+                )
         if policy_id and policy_id != self.policy.policy_id:
             return ReserveOutcome(
                 False,
@@ -525,12 +603,14 @@ class Ledger:
         if refusal is not None:
             return ReserveOutcome(False, refusal[0], refusal[1], previous, None)
         stored = StoredPod(pod.uid, pod.namespace, pod.name, node_name, usage)
-        change = self._apply(previous, stored)
+        # Stored under a new revision even when equal to what was there: a re-filter that
+        # reserves the same placement claims it, so a rival that read the old one is refused.
+        change = self._apply(previous, stored, restamp=True)
         return ReserveOutcome(
             True,
             ReserveReason.RESERVED,
             f"reserved {_describe(usage)} on {node_name}",
-            stored,
+            change.after,
             change,
         )
 
@@ -631,11 +711,21 @@ class Ledger:
                 return decision.reason, decision.message
         return None
 
-    def _apply(self, before: StoredPod | None, after: StoredPod | None) -> LedgerChange:
+    def _apply(
+        self,
+        before: StoredPod | None,
+        after: StoredPod | None,
+        *,
+        stamp: bool = True,
+        restamp: bool = False,
+    ) -> LedgerChange:
+        """Stores ``after`` in place of ``before``; with ``stamp``, ``after`` carries the
+        revision of this change (else the one it has: a value put back as acknowledged). An
+        equal value changes nothing, unless ``restamp`` asks for a new revision anyway."""
+        if before == after and not (restamp and after is not None):
+            return LedgerChange(before, before)
         if after is not None:
-            after = _interned(after)
-        if before == after:
-            return LedgerChange(before, after)
+            after = _interned(after, self.revision + 1 if stamp else after.revision)
         if before is not None:
             self._add_to_totals(before, sign=-1)
             del self._pods[before.uid]
@@ -704,10 +794,10 @@ def _shortfall_message(
     return f"{where}: {entry.slots} slots requested, {others.slots} used of {capacity.slots}"
 
 
-def _interned(stored: StoredPod) -> StoredPod:
+def _interned(stored: StoredPod, revision: int) -> StoredPod:
     """Shares the strings that repeat across pods (namespace, node, UUID, type): a tracked pod
-    then costs little more than its own uid and name. Built directly rather than with
-    dataclasses.replace: journal recovery calls this once per tracked pod."""
+    then costs little more than its own uid and name; stamped with ``revision``. Built directly
+    rather than with dataclasses.replace: journal recovery calls this once per tracked pod."""
     return StoredPod(
         stored.uid,
         sys.intern(stored.namespace),
@@ -718,6 +808,7 @@ def _interned(stored: StoredPod) -> StoredPod:
         stored.terminal,
         stored.init_progress,
         stored.init_restarts,
+        revision,
     )
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from accounting.model import (
     ContainerClass,
@@ -76,6 +76,10 @@ class StoredPod:
     """How many regular init containers are known finished (their share is released)."""
     init_restarts: int = 0
     """Σ restartCount of the regular init containers when last seen (detects a re-run)."""
+    revision: int = field(default=0, compare=False)
+    """The ledger revision of the change that stored this value (0 until the ledger stores
+    it): what a re-filter's Reserve states it replaces. Not part of the value: an update that
+    stores an equal value changes nothing, its revision included."""
 
 
 @dataclass(frozen=True, slots=True)

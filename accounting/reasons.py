@@ -73,11 +73,15 @@ POD_FORGOTTEN = "PodForgotten"
 """The pod was deleted (forgotten with nothing stored): nothing is reserved for it again."""
 POLICY_CHANGED = "PolicyChanged"
 """The grants were computed under another accounting policy than the recorder's."""
+RESERVATION_CHANGED = "ReservationChanged"
+"""What is stored for the pod is no longer the reservation the caller read and replaces
+(another Filter for the same pod, or an update, changed it meanwhile)."""
 
 # -- the scheduler daemon's Filter -------------------------------------------------------------
 
 RESERVATION_CONFLICT = "ReservationConflict"
-"""Every attempt's placement was taken by another scheduler first."""
+"""Every attempt's placement was taken by another scheduler first, or another Filter for the
+same pod reserved it meanwhile (its placement stands); this answer reserves nothing."""
 NODE_CHANGED = "NodeChanged"
 """A Reserve refused because the recorder's node no longer matches the one the fit saw."""
 NODE_UNREGISTERED = "node unregistered"

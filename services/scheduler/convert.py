@@ -56,6 +56,27 @@ class Reservation:
     reason: str
     message: str
     stored: tuple[DeviceUsage, ...] = ()
+    stored_node_name: str = ""
+    """Where the pod is stored after the call ("" for nowhere)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredReservation:
+    """What the recorder stores for a pod, as a Filter reads it before placing the pod."""
+
+    node_name: str
+    usage: tuple[DeviceUsage, ...]
+    revision: int
+    """What a Reserve or a release states it replaces."""
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """The recorder's answer to ReleaseReservation."""
+
+    released: bool
+    reason: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,25 +156,34 @@ def pod_usage_request(pod_uid: str) -> usage_pb2.GetPodUsageRequest:
     return usage_pb2.GetPodUsageRequest(pod_uid=pod_uid)
 
 
-def forget_pod_request(pod_uid: str) -> usage_pb2.ForgetPodRequest:
-    return usage_pb2.ForgetPodRequest(pod_uid=pod_uid)
+def release_request(pod_uid: str, replaces_revision: int) -> usage_pb2.ReleaseReservationRequest:
+    return usage_pb2.ReleaseReservationRequest(
+        pod_uid=pod_uid, replaces_revision=replaces_revision
+    )
 
 
 def reserve_request(
-    pod: Pod, node_name: str, grants: PodDevices, policy_id: str
+    pod: Pod,
+    node_name: str,
+    grants: PodDevices,
+    policy_id: str,
+    replaces_revision: int | None = None,
 ) -> usage_pb2.ReserveRequest:
-    """Reserve for the chosen node, with the fit's grants in container positions and the
-    accounting policy they were fitted under.
+    """Reserve for the chosen node, with the fit's grants in container positions, the
+    accounting policy they were fitted under, and the reservation they replace (when given).
 
     The pod travels typed, annotations included, so the recorder's span joins the pod's trace
     through ``hami.io/traceparent``.
     """
-    return usage_pb2.ReserveRequest(
+    request = usage_pb2.ReserveRequest(
         pod=common.pod_to_pb(pod),
         node_name=node_name,
         container_grants=common.container_grants_to_pb(pod, grants),
         policy_id=policy_id,
     )
+    if replaces_revision is not None:
+        request.replaces_revision = replaces_revision
+    return request
 
 
 # -- recorder responses ------------------------------------------------------------------------
@@ -189,12 +219,23 @@ def reservation_from_pb(response: usage_pb2.ReserveResponse) -> Reservation:
         reason=response.reason,
         message=response.message,
         stored=tuple(common.usage_from_pb(usage) for usage in response.stored),
+        stored_node_name=response.stored_node_name,
     )
 
 
-def stored_node(response: usage_pb2.GetPodUsageResponse) -> str | None:
-    """The node a stored pod is charged on ("" when none), or None when nothing is stored."""
-    return response.node_name if response.found else None
+def stored_reservation(response: usage_pb2.GetPodUsageResponse) -> StoredReservation | None:
+    """What is stored for a pod, or None when nothing is."""
+    if not response.found:
+        return None
+    return StoredReservation(
+        response.node_name,
+        tuple(common.usage_from_pb(usage) for usage in response.stored),
+        response.stored_revision,
+    )
+
+
+def released_from_pb(response: usage_pb2.ReleaseReservationResponse) -> Released:
+    return Released(response.released, response.reason, response.message)
 
 
 # -- the Filter response -----------------------------------------------------------------------

@@ -14,16 +14,14 @@ One Filter, step by step (HAMi's Filter; docs/design.md §2.5-2.6):
 1. A pod that asks for no GPU passes through: reason NoGpuRequest, an empty ``node_name``,
    nothing read or reserved. The extender then keeps every candidate node (HAMi returns
    ``NodeNames: args.NodeNames``).
-2. Filtering the same pod again first releases its earlier reservation (HAMi's
-   TakeAndDeletePod + RmUsage): otherwise the pod's own earlier charge would count against its
-   new placement and a pod that filled a card could never be re-filtered onto it. A pod that
-   no longer fits anywhere therefore holds nothing.
+2. What the recorder stores for the pod is read (beside step 3's reads). Filtering the same
+   pod again must not count its own earlier reservation against it (HAMi's TakeAndDeletePod +
+   RmUsage): the fit sees the pod's node, read directly, and its namespace without it.
 3. Node usage of the candidates and the namespace's quota are read: the quota from the
    recorder, node usage from the node cache (see services.scheduler.node_cache for what it
    reads directly and how stale it can be) or, without one, from the recorder (one snapshot,
    in parallel); candidates the recorder does not know become failed nodes
-   ("node unregistered"), not errors. After a re-filter's release, the node the pod was
-   released from is read directly.
+   ("node unregistered"), not errors.
 4. ``fit_pod`` chooses the node and the GPUs (policies from the config; the pod's
    ``hami.io/node-scheduler-policy`` and ``hami.io/gpu-scheduler-policy`` win).
 5. The placement counts only once the recorder's ``Reserve`` stored it: Reserve re-checks
@@ -32,6 +30,15 @@ One Filter, step by step (HAMi's Filter; docs/design.md §2.5-2.6):
    node was unregistered or its inventory replaced since it was read: ``NodeChanged``), the
    snapshot is read again — the refused node directly from the recorder — and the pod fitted
    again, up to ``reserve_attempts`` times; then the answer is ReservationConflict.
+6. Every Reserve states the reservation it replaces (what step 2 read, or none), so two
+   Filters of the same pod at the same moment, on two replicas, cannot both store a placement:
+   the recorder refuses the second (``ReservationChanged``) and its answer is
+   ReservationConflict, reserving nothing, naming where the first one placed the pod. A pod
+   deleted meanwhile is refused (``PodForgotten``) and so answered. A re-filter that finds no
+   node releases its reservation the same way (``ReleaseReservation``, stating it), so the pod
+   holds nothing; a Filter that read nothing stored and finds no node checks that no rival
+   placed the pod meanwhile before it says NoNodeFits. Every answer is therefore what the
+   recorder stores: a Scheduled answer's placement, or no placement made by this Filter.
 
 Every step is under the recorder's accounting policy (services.common.policy): the pod is read
 with its resource names, fitted with its memory factor and quota rules, and reserved naming it.
@@ -68,7 +75,9 @@ from accounting.reasons import (
     NO_GPU_REQUEST,
     NO_NODE_FITS,
     NODE_CHANGED,
+    POD_FORGOTTEN,
     POLICY_CHANGED,
+    RESERVATION_CHANGED,
     RESERVATION_CONFLICT,
     SCHEDULED,
 )
@@ -90,7 +99,9 @@ from services.scheduler.convert import (
     FilterInput,
     FilterOutcome,
     PodDevices,
+    Released,
     Reservation,
+    StoredReservation,
 )
 from services.scheduler.node_cache import NodeCache, Snapshot
 
@@ -114,6 +125,7 @@ _DECISIONS = {
     NO_GPU_REQUEST: "pass-through",
     NO_NODE_FITS: "no-fit",
     RESERVATION_CONFLICT: "conflict",
+    POD_FORGOTTEN: "forgotten",
 }
 
 T = TypeVar("T")
@@ -205,24 +217,45 @@ class RecorderClient:
         nodes, unknown = convert.node_states_from_pb(responses)
         return nodes, unknown, quota
 
-    def stored_node(self, pod_uid: str, timeout_s: float) -> str | None:
-        """The node the pod is charged on ("" for none), or None when nothing is stored."""
-        response = self._call(
-            self._stub.GetPodUsage, convert.pod_usage_request(pod_uid), timeout_s
-        )
-        return convert.stored_node(response)
+    def stored(self, pod_uid: str, timeout_s: float) -> StoredReservation | None:
+        """What is stored for the pod (its node, usage and revision), or None."""
+        return self.stored_later(pod_uid, timeout_s)()
 
-    def forget(self, pod_uid: str, timeout_s: float) -> None:
-        self._call(self._stub.ForgetPod, convert.forget_pod_request(pod_uid), timeout_s)
+    def stored_later(
+        self, pod_uid: str, timeout_s: float
+    ) -> Callable[[], StoredReservation | None]:
+        """Starts reading what is stored for the pod; the returned call waits for the answer
+        (so the read runs beside the Filter's other reads)."""
+        future = self._stub.GetPodUsage.future(
+            convert.pod_usage_request(pod_uid), timeout=timeout_s, wait_for_ready=True
+        )
+        return lambda: convert.stored_reservation(self._result(future))
+
+    def release(self, pod_uid: str, replaces_revision: int, timeout_s: float) -> Released:
+        """Releases the pod's reservation if it is still ``replaces_revision``."""
+        response = self._call(
+            self._stub.ReleaseReservation,
+            convert.release_request(pod_uid, replaces_revision),
+            timeout_s,
+        )
+        return convert.released_from_pb(response)
 
     def reserve(
-        self, pod: Pod, node_name: str, grants: PodDevices, policy_id: str, timeout_s: float
+        self,
+        pod: Pod,
+        node_name: str,
+        grants: PodDevices,
+        policy_id: str,
+        timeout_s: float,
+        *,
+        replaces_revision: int | None = None,
     ) -> Reservation:
-        """Reserves the grants, fitted under the accounting policy ``policy_id``."""
+        """Reserves the grants, fitted under the accounting policy ``policy_id``, in place of
+        the reservation ``replaces_revision`` (0: none) when given."""
         try:
             response = self._call(
                 self._stub.Reserve,
-                convert.reserve_request(pod, node_name, grants, policy_id),
+                convert.reserve_request(pod, node_name, grants, policy_id, replaces_revision),
                 timeout_s,
             )
         except grpc.RpcError as error:
@@ -286,9 +319,13 @@ class PodPlacer:
             DependencyUnavailableError: the recorder cannot be reached.
         """
 
+        view = _StartView()
+
         def attempt(policy: AccountingPolicy | None) -> tuple[Pod, FilterOutcome]:
             given = read_input(policy.vendors if policy else ())
-            return given.pod, self._place_under(given.pod, given.node_names, call_timeout, policy)
+            return given.pod, self._place_under(
+                given.pod, given.node_names, call_timeout, policy, view
+            )
 
         return under_recorder_policy(self._policy, asks_for_devices, attempt)
 
@@ -302,10 +339,11 @@ class PodPlacer:
         Raises:
             DependencyUnavailableError: the recorder cannot be reached.
         """
+        view = _StartView()
         return under_recorder_policy(
             self._policy,
             lambda: True,
-            lambda policy: self._place_under(pod, node_names, call_timeout, policy),
+            lambda policy: self._place_under(pod, node_names, call_timeout, policy, view),
         )
 
     def _place_under(
@@ -314,11 +352,12 @@ class PodPlacer:
         node_names: Sequence[str],
         call_timeout: CallTimeout | None,
         policy: AccountingPolicy | None,
+        view: _StartView,
     ) -> FilterOutcome:
         timeout = call_timeout or (lambda: self.usage_timeout_s)
         attributes = {"node_count": len(node_names)}
         with telemetry.pod_span(self._tracer, SPAN_NAME, pod, attributes=attributes) as span:
-            outcome = self._place(pod, node_names, timeout, span, policy)
+            outcome = self._place(pod, node_names, timeout, span, policy, view)
             telemetry.set_attributes(
                 span,
                 {
@@ -354,7 +393,16 @@ class PodPlacer:
         nodes: Sequence[NodeState],
         quota: QuotaContext,
         policy: AccountingPolicy,
+        stored: StoredReservation | None,
     ) -> FitResult:
+        if stored is not None:
+            # A re-filter: the pod's own reservation does not count against it, on its node
+            # (read directly) nor in its namespace (Reserve replaces it the same way).
+            nodes = [
+                node.without(stored.usage) if node.node_name == stored.node_name else node
+                for node in nodes
+            ]
+            quota = quota.without(stored.usage, policy.vendors)
         return fit_pod(
             pod,
             nodes,
@@ -385,6 +433,7 @@ class PodPlacer:
         timeout: CallTimeout,
         span: trace.Span,
         policy: AccountingPolicy | None,
+        view: _StartView,
     ) -> FilterOutcome:
         if policy is None or not pod_requests_devices(pod, fitted_vendor(policy)):
             pass_through = (
@@ -398,29 +447,31 @@ class PodPlacer:
                 f"{pass_through.message}; the extender keeps every candidate node",
                 policy_id=policy.policy_id if policy else "",
             )
+        # What is stored for the pod now, read beside the first snapshot: a re-filter must not
+        # count the pod's own reservation against it (HAMi releases it first), and every
+        # Reserve of this Filter states it replaces exactly that reservation.
+        view.begin(lambda: self._recorder.stored_later(pod.uid, timeout()))
         # Nodes to read from the recorder even when the cache has them: its copy may not show
         # a change this Filter just made or just lost a race to.
         refresh: set[str] = set()
-        stored_on = self._recorder.stored_node(pod.uid, timeout())
-        if stored_on is not None:
-            # A re-filter: HAMi releases the earlier placement before fitting again.
-            self._recorder.forget(pod.uid, timeout())
-            if stored_on:
-                refresh.add(stored_on)
-            span.add_event("released earlier reservation")
-            _LOG.info(
-                "re-filter of pod %s: released its earlier reservation", pod.key,
-                extra={"pod_uid": pod.uid},
-            )
-
-        refused: Reservation | None = None
-        fit: FitResult | None = None
-        unknown: tuple[str, ...] = ()
-        for attempt in range(1, self._attempts + 1):
+        nodes, unknown, quota = self._read(node_names, pod.namespace, timeout(), refresh, policy)
+        stored = view.get()
+        if stored is not None and stored.node_name and stored.node_name not in refresh:
+            refresh.add(stored.node_name)
+            span.add_event("re-filter: the pod's own reservation does not count against it")
             nodes, unknown, quota = self._read(
                 node_names, pod.namespace, timeout(), refresh, policy
             )
-            fit = self._fit(pod, nodes, quota, policy)
+        replaces = stored.revision if stored is not None else 0
+
+        refused: Reservation | None = None
+        fit: FitResult | None = None
+        for attempt in range(1, self._attempts + 1):
+            if attempt > 1:
+                nodes, unknown, quota = self._read(
+                    node_names, pod.namespace, timeout(), refresh, policy
+                )
+            fit = self._fit(pod, nodes, quota, policy, stored)
             if (
                 fit.node_name is None
                 and self._node_cache is not None
@@ -433,19 +484,13 @@ class PodPlacer:
                 nodes, unknown, quota = self._read(
                     node_names, pod.namespace, timeout(), refresh, policy
                 )
-                fit = self._fit(pod, nodes, quota, policy)
+                fit = self._fit(pod, nodes, quota, policy, stored)
             if fit.node_name is None:
-                failed = convert.failed_nodes(fit, unknown)
-                return FilterOutcome(
-                    fit,
-                    NO_NODE_FITS,
-                    convert.no_fit_message(len(node_names), failed),
-                    unknown,
-                    attempts=attempt,
-                    policy_id=policy.policy_id,
-                )
+                return self._no_fit(pod, node_names, fit, unknown, attempt, policy, stored,
+                                    timeout)
             reservation = self._recorder.reserve(
-                pod, fit.node_name, fit.grants, policy.policy_id, timeout()
+                pod, fit.node_name, fit.grants, policy.policy_id, timeout(),
+                replaces_revision=replaces,
             )
             if reservation.reason == POLICY_CHANGED:
                 # The recorder restarted under another policy since the Filter read it.
@@ -464,6 +509,8 @@ class PodPlacer:
                     convert.hami_annotations(fit.grants, fit.node_name, int(self._clock())),
                     policy.policy_id,
                 )
+            if reservation.reason in (RESERVATION_CHANGED, POD_FORGOTTEN):
+                return self._lost(pod, fit, unknown, attempt, policy, reservation)
             refused = reservation
             refresh.add(fit.node_name)
             span.add_event(
@@ -491,6 +538,112 @@ class PodPlacer:
             self._attempts,
             policy_id=policy.policy_id,
         )
+
+    def _no_fit(
+        self,
+        pod: Pod,
+        node_names: Sequence[str],
+        fit: FitResult,
+        unknown: tuple[str, ...],
+        attempt: int,
+        policy: AccountingPolicy,
+        stored: StoredReservation | None,
+        timeout: CallTimeout,
+    ) -> FilterOutcome:
+        """No node fits. A re-filter releases the pod's reservation, so the pod holds nothing
+        (HAMi's re-filter released it before fitting); a Filter that read nothing stored
+        checks that no other Filter for the pod placed it meanwhile. Either way, when another
+        Filter's placement is stored, that answer stands and this one says so."""
+        if stored is not None:
+            released = self._recorder.release(pod.uid, stored.revision, timeout())
+            if released.reason == RESERVATION_CHANGED:
+                return self._lost(
+                    pod, fit, unknown, attempt, policy,
+                    Reservation(False, released.reason, released.message),
+                )
+        else:
+            now = self._recorder.stored(pod.uid, timeout())
+            if now is not None:
+                return self._lost(
+                    pod, fit, unknown, attempt, policy,
+                    Reservation(
+                        False,
+                        RESERVATION_CHANGED,
+                        f"pod {pod.uid} was read with nothing stored and is now stored on "
+                        f"{now.node_name}: another Filter for the same pod placed it "
+                        "meanwhile, and that stands",
+                        now.usage,
+                        now.node_name,
+                    ),
+                )
+        failed = convert.failed_nodes(fit, unknown)
+        return FilterOutcome(
+            fit,
+            NO_NODE_FITS,
+            convert.no_fit_message(len(node_names), failed),
+            unknown,
+            attempts=attempt,
+            policy_id=policy.policy_id,
+        )
+
+    def _lost(
+        self,
+        pod: Pod,
+        fit: FitResult,
+        unknown: tuple[str, ...],
+        attempt: int,
+        policy: AccountingPolicy,
+        refusal: Reservation,
+    ) -> FilterOutcome:
+        """This Filter reserves nothing: the pod was deleted meanwhile (PodForgotten), or
+        another Filter for the same pod (on another scheduler replica) stored its placement
+        first (ReservationConflict), and that placement is the one that stands."""
+        if refusal.reason == POD_FORGOTTEN:
+            return FilterOutcome(
+                fit,
+                POD_FORGOTTEN,
+                f"pod {pod.key} was deleted while it was being placed: nothing reserved "
+                f"({refusal.reason}: {refusal.message})",
+                unknown,
+                refusal,
+                attempt,
+                policy_id=policy.policy_id,
+            )
+        where = f" on {refusal.stored_node_name}" if refusal.stored_node_name else ""
+        return FilterOutcome(
+            fit,
+            RESERVATION_CONFLICT,
+            f"another Filter for pod {pod.key} placed it{where} at the same moment; its "
+            f"placement stands and this answer reserves nothing ({refusal.message})",
+            unknown,
+            refusal,
+            attempt,
+            policy_id=policy.policy_id,
+        )
+
+
+class _StartView:
+    """What was stored for the pod when its Filter began, read once per Filter (also when a
+    change of policy computes the answer again): every Reserve and release of the Filter
+    states it replaces exactly that."""
+
+    def __init__(self) -> None:
+        self._wait: Callable[[], StoredReservation | None] | None = None
+        self._read = False
+        self._value: StoredReservation | None = None
+
+    def begin(self, start: Callable[[], Callable[[], StoredReservation | None]]) -> None:
+        """Starts the read (``start`` returns the call that waits for it), once."""
+        if self._wait is None:
+            self._wait = start()
+
+    def get(self) -> StoredReservation | None:
+        """The answer of the read ``begin`` started."""
+        if not self._read:
+            assert self._wait is not None, "begin() first"
+            self._value = self._wait()
+            self._read = True
+        return self._value
 
 
 def fitted_vendor(policy: AccountingPolicy) -> VendorResources:

@@ -11,7 +11,13 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from accounting.errors import InvalidInputError, Violations
-from accounting.ledger import LedgerChange, RecordOutcome, ReserveOutcome
+from accounting.ledger import (
+    LedgerChange,
+    RecordOutcome,
+    ReleaseOutcome,
+    ReserveOutcome,
+    ReserveReason,
+)
 from accounting.lifecycle import StoredPod
 from accounting.model import Pod, QuotaItem
 from accounting.policy import AccountingPolicy
@@ -121,11 +127,25 @@ def forget_response(change: LedgerChange) -> usage_pb2.ForgetPodResponse:
 
 
 def reserve_response(outcome: ReserveOutcome) -> usage_pb2.ReserveResponse:
+    stored = outcome.stored
+    shown = outcome.reserved or outcome.reason == ReserveReason.RESERVATION_CHANGED
     return usage_pb2.ReserveResponse(
         reserved=outcome.reserved,
         reason=outcome.reason,
         message=outcome.message,
-        stored=_stored_usage(outcome.stored) if outcome.reserved else [],
+        stored=_stored_usage(stored) if shown else [],
+        stored_revision=stored.revision if stored is not None else 0,
+        stored_node_name=stored.node_name if stored is not None else "",
+    )
+
+
+def release_response(outcome: ReleaseOutcome) -> usage_pb2.ReleaseReservationResponse:
+    released = outcome.change.before if outcome.change is not None else None
+    return usage_pb2.ReleaseReservationResponse(
+        released=outcome.released,
+        reason=outcome.reason,
+        message=outcome.message,
+        released_usage=_stored_usage(released),
     )
 
 
@@ -139,6 +159,7 @@ def pod_usage_response(stored: StoredPod | None) -> usage_pb2.GetPodUsageRespons
         namespace=stored.namespace,
         name=stored.name,
         node_name=stored.node_name,
+        stored_revision=stored.revision,
     )
 
 

@@ -1009,8 +1009,10 @@ class _Loader:
                 self.damaged.append((f"pod {uid} (undecodable usage)", "pods", rowid))
                 continue
             pods.append(
+                # A row from before revisions (0) reads as 1: never 0 (nothing stored), and
+                # never a revision a later change can take.
                 StoredPod(uid, intern(namespace), name, intern(node_name), usage,
-                          bool(released), bool(terminal), progress, restarts)
+                          bool(released), bool(terminal), progress, restarts, row_revision or 1)
             )
             if traceparent:
                 traceparents[uid] = traceparent

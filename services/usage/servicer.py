@@ -35,8 +35,8 @@ SERVICE_NAME = usage_pb2.DESCRIPTOR.services_by_name["UsageRecorder"].full_name
 INLINE_METHODS = frozenset(
     f"/{SERVICE_NAME}/{name}"
     for name in (
-        "RecordPod", "ForgetPod", "Reserve", "GetPodUsage", "GetNamespaceUsage", "RegisterNode",
-        "SetQuota", "GetPolicy",
+        "RecordPod", "ForgetPod", "Reserve", "ReleaseReservation", "GetPodUsage",
+        "GetNamespaceUsage", "RegisterNode", "SetQuota", "GetPolicy",
     )
 )
 """The calls the recorder's event loop answers itself (``aio_server.build_aio_server``): each
@@ -72,6 +72,7 @@ WriteResponse = TypeVar(
     usage_pb2.RecordPodResponse,
     usage_pb2.ForgetPodResponse,
     usage_pb2.ReserveResponse,
+    usage_pb2.ReleaseReservationResponse,
     usage_pb2.RegisterNodeResponse,
     usage_pb2.SetQuotaResponse,
 )
@@ -140,8 +141,22 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     ) -> usage_pb2.ReserveResponse:
         self._require_leader()
         pod = convert.reserve_pod(request, self._vendors)
-        outcome = self._store.reserve(pod, request.node_name, policy_id=request.policy_id)
+        replaces = (
+            request.replaces_revision if request.HasField("replaces_revision") else None
+        )
+        outcome = self._store.reserve(
+            pod, request.node_name, policy_id=request.policy_id, replaces_revision=replaces
+        )
         return self._with_revision(convert.reserve_response(outcome))
+
+    @map_errors
+    def ReleaseReservation(
+        self, request: usage_pb2.ReleaseReservationRequest, context: grpc.ServicerContext
+    ) -> usage_pb2.ReleaseReservationResponse:
+        self._require_leader()
+        pod_uid = convert.require_pod_uid(request.pod_uid)
+        outcome = self._store.release_reservation(pod_uid, request.replaces_revision)
+        return self._with_revision(convert.release_response(outcome))
 
     @map_errors
     def RegisterNode(

@@ -31,7 +31,14 @@ import prometheus_client
 from opentelemetry import trace
 
 from accounting.errors import InvalidInputError, Violations
-from accounting.ledger import Ledger, LedgerChange, RecordOutcome, ReserveOutcome, ReserveReason
+from accounting.ledger import (
+    Ledger,
+    LedgerChange,
+    RecordOutcome,
+    ReleaseOutcome,
+    ReserveOutcome,
+    ReserveReason,
+)
 from accounting.lifecycle import Decision, StoredPod
 from accounting.model import (
     TRACEPARENT_ANNOTATION,
@@ -312,9 +319,17 @@ class UsageStore:
         )
         return change
 
-    def reserve(self, pod: Pod, node_name: str, *, policy_id: str = "") -> ReserveOutcome:
+    def reserve(
+        self,
+        pod: Pod,
+        node_name: str,
+        *,
+        policy_id: str = "",
+        replaces_revision: int | None = None,
+    ) -> ReserveOutcome:
         """Atomically re-checks node capacity and namespace quota for the pod's grants on the
-        node, then records them; a refusal (``PodForgotten`` for a deleted pod, and
+        node, then records them; a refusal (``PodForgotten`` for a deleted pod,
+        ``ReservationChanged`` when what is stored is no longer ``replaces_revision``, and
         ``PolicyChanged`` for grants computed under another policy, included) changes nothing.
 
         Raises:
@@ -328,7 +343,9 @@ class UsageStore:
         ) as span:
             with self._lock:
                 revision = self._ledger.revision
-                outcome = self._ledger.reserve(pod, node_name, policy_id=policy_id)
+                outcome = self._ledger.reserve(
+                    pod, node_name, policy_id=policy_id, replaces_revision=replaces_revision
+                )
                 if outcome.change is not None and outcome.change.changed:
                     self._commit_pod_change(outcome.change, revision, _traceparent(pod))
             telemetry.set_attributes(
@@ -344,6 +361,25 @@ class UsageStore:
                 "refused to reserve for deleted pod %s", pod.key, extra={"pod_uid": pod.uid}
             )
         self._metrics.count_decision("reserve" if outcome.reserved else "refuse", outcome.reason)
+        return outcome
+
+    def release_reservation(self, pod_uid: str, replaces_revision: int) -> ReleaseOutcome:
+        """Releases a pod's reservation without forgetting the pod (a re-filter that found no
+        node), only if what is stored is still ``replaces_revision``; a refusal changes
+        nothing.
+
+        Raises:
+            InvalidInputError: the uid is empty.
+            DependencyUnavailableError: the journal write failed; nothing changed.
+        """
+        if not pod_uid:
+            raise InvalidInputError.single("pod_uid", "must not be empty")
+        with self._lock:
+            revision = self._ledger.revision
+            outcome = self._ledger.release(pod_uid, replaces_revision)
+            if outcome.change is not None and outcome.change.changed:
+                self._commit_pod_change(outcome.change, revision)
+        self._metrics.count_decision("release", outcome.reason)
         return outcome
 
     def _commit_pod_change(

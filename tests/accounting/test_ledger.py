@@ -402,41 +402,85 @@ def test_a_forgotten_pod_is_refused_before_its_grants_are_checked() -> None:
     assert ledger.record(pod).decision is Decision.FORGOTTEN
 
 
-def test_a_released_reservation_can_be_reserved_again_but_not_recorded_until_then() -> None:
-    # The scheduler's re-filter forgets the pod's reservation, then reserves the new placement.
+def test_a_forgotten_reservation_refuses_a_later_reserve_for_the_deleted_pod() -> None:
+    # A forget is a delete, also of a stored pod: a Filter still running for it stores nothing.
     ledger = _ledger()
-    pod = _pod("refilter", 4096)
-    assert ledger.reserve(pod, "node1").reserved
+    pod = _pod("deleted", 4096)
+    reserved = ledger.reserve(pod, "node1")
+    assert reserved.reserved and reserved.stored is not None
+
     change = ledger.forget(pod.uid)
-    assert change.tombstone is not None and change.tombstone.reservable
 
-    # An informer update between the release and the new reservation charges nothing.
+    assert change.tombstone is not None and not change.tombstone.reservable
+    for replaces in (None, reserved.stored.revision, 0):
+        outcome = ledger.reserve(pod, "node1", replaces_revision=replaces)
+        assert (outcome.reserved, outcome.reason) == (False, ReserveReason.POD_FORGOTTEN)
     assert ledger.record(pod).decision is Decision.FORGOTTEN
-    outcome = ledger.reserve(_pod("refilter", 8192), "node1")
-
-    assert outcome.reserved, outcome.message
-    assert ledger.node_usage("node1") == {"g0": (8192, 10, 1)}
-    # Stored again: its updates apply as for any stored pod.
-    assert ledger.record(_pod("refilter", 8192)).decision is Decision.UNCHANGED
-    assert ledger.pod(pod.uid) is not None
+    assert ledger.node_usage("node1") == {}
 
 
-def test_the_delete_after_a_released_reservation_hardens_its_tombstone_in_place() -> None:
+def test_a_refilter_replaces_exactly_the_reservation_it_read() -> None:
     ledger = _ledger()
-    first, second = _pod("first", 1000), _pod("second", 1000)
-    ledger.reserve(first, "node1")
-    ledger.forget(first.uid)  # the re-filter's release: reservable
-    ledger.forget(second.uid)
+    first = ledger.reserve(_pod("refilter", 4096), "node1", replaces_revision=0)
+    assert first.reserved and first.stored is not None
+    read = ledger.stored_revision(first.stored.uid)
+    assert read == first.stored.revision > 0
 
-    change = ledger.forget(first.uid)  # the delete: nothing stored any more
+    again = ledger.reserve(_pod("refilter", 8192), "node1", replaces_revision=read)
 
-    assert change.tombstone is not None
-    assert (change.tombstone.reservable, change.tombstone.previous) == (False, True)
-    assert ledger.reserve(first, "node1").reason == ReserveReason.POD_FORGOTTEN
-    # Its age is the first forget's.
-    assert ledger.tombstones() == ((first.uid, False), (second.uid, False))
-    # Forgetting it once more writes nothing.
-    assert ledger.forget(first.uid).tombstone is None
+    assert again.reserved and again.stored is not None
+    assert again.stored.revision > read
+    assert ledger.node_usage("node1") == {"g0": (8192, 10, 1)}
+    # A rival that read the first reservation (or nothing) is refused and changes nothing.
+    for stale in (read, 0):
+        rival = ledger.reserve(_pod("refilter", 1000), "node1", replaces_revision=stale)
+        assert (rival.reserved, rival.reason) == (False, ReserveReason.RESERVATION_CHANGED)
+        assert "8192 MiB" in rival.message
+    assert ledger.node_usage("node1") == {"g0": (8192, 10, 1)}
+
+
+def test_reserving_the_same_placement_again_claims_it_under_a_new_revision() -> None:
+    # Two Filters of one pod that read the same reservation and fit the same placement: the
+    # first one's Reserve changes the revision, so the second is refused, not silently equal.
+    ledger = _ledger()
+    stored = ledger.reserve(_pod("same", 4096), "node1").stored
+    assert stored is not None
+
+    first = ledger.reserve(_pod("same", 4096), "node1", replaces_revision=stored.revision)
+    second = ledger.reserve(_pod("same", 4096), "node1", replaces_revision=stored.revision)
+
+    assert first.reserved and first.change is not None and first.change.changed
+    assert second.reason == ReserveReason.RESERVATION_CHANGED
+    assert ledger.node_usage("node1") == {"g0": (4096, 10, 1)}
+
+
+def test_release_states_what_it_releases_and_leaves_no_tombstone() -> None:
+    ledger = _ledger()
+    stored = ledger.reserve(_pod("released", 4096), "node1").stored
+    assert stored is not None
+
+    stale = ledger.release(stored.uid, stored.revision + 1)
+    assert (stale.released, stale.reason) == (False, ReserveReason.RESERVATION_CHANGED)
+    assert ledger.node_usage("node1") == {"g0": (4096, 10, 1)}
+
+    released = ledger.release(stored.uid, stored.revision)
+
+    assert released.released and ledger.node_usage("node1") == {}
+    assert not ledger.is_forgotten(stored.uid)
+    assert ledger.reserve(_pod("released", 1000), "node1", replaces_revision=0).reserved
+    nothing = ledger.release("never-stored", 0)
+    assert (nothing.released, nothing.reason) == (False, Decision.NOT_TRACKED.value)
+
+
+def test_a_reservable_tombstone_from_an_older_journal_still_refuses_updates_only() -> None:
+    ledger = _ledger()
+    ledger.restore_tombstones([("old-uid", True)])
+    pod = PodBuilder("old", uid="old-uid", namespace=NS, node="node1").app(
+        "a", gpu("g0", mib=1000)
+    ).build()
+
+    assert ledger.record(pod).decision is Decision.FORGOTTEN
+    assert ledger.reserve(pod, "node1").reserved
 
 
 def test_tombstones_keep_the_most_recent_and_an_evicted_uid_is_charged_again() -> None:
@@ -460,8 +504,7 @@ def test_undo_tombstone_restores_the_kinds_and_the_order() -> None:
     ledger = Ledger(max_tombstones=2)
     ledger.register_node("node1", [device("g0", mib=24576)])
     a, b, c = (_pod(name, 1000) for name in "abc")
-    ledger.reserve(a, "node1")
-    ledger.forget(a.uid)  # reservable
+    ledger.restore_tombstones([(a.uid, True)])  # reservable, from an older journal
     ledger.forget(b.uid)
     before = ledger.tombstones()
 

@@ -238,7 +238,7 @@ def test_a_stale_cache_costs_a_refused_reservation_and_a_direct_read_never_a_dou
     assert used_mib(cache, "node1") == CARD_MIB
 
 
-def test_a_refilter_reads_the_node_it_released_from_directly(
+def test_a_refilter_reads_the_node_it_is_stored_on_directly(
     recorder: Recorder, cached_placer: CacheFactory
 ) -> None:
     recorder.register_node("node1", [gpu_device("GPU-1", memory_mib=CARD_MIB)])
@@ -250,12 +250,14 @@ def test_a_refilter_reads_the_node_it_released_from_directly(
     synced(cache, recorder)
     assert used_mib(cache, "node1") == CARD_MIB
 
-    cache.gate.clear()  # the release will not reach the copy
+    cache.gate.clear()  # the re-filter's reservation will not reach the copy
     again = filter_pod(stub, pod, ["node1"])
 
-    # The copy still shows the pod's own charge; the direct read after the release does not.
+    # Each Filter first reads the quota only (the copy answers for node1). The second learns,
+    # from the read of what is stored that runs beside it, that the pod holds node1's whole
+    # card: it reads node1 directly and fits the pod there without its own charge.
     assert again.reason == "Scheduled", again.message
-    assert client.node_reads == [(), ("node1",)]
+    assert client.node_reads == [(), (), ("node1",)]
     assert recorder.node_memory("node1") == CARD_MIB
 
 

@@ -350,17 +350,14 @@ TOMBSTONE_LIFECYCLES = [
                NOTHING),
         Reserve(seed_pod(), SEED_GRANTS, False, "PodForgotten", 0, 0),
     )),
-    Lifecycle("the scheduler's re-filter releases a reservation and reserves again", SEED_UID, (
+    Lifecycle("a reservation deleted while being filtered again stays refused", SEED_UID, (
         Reserve(seed_pod(), SEED_GRANTS, True, "Reserved", 20480, 20480),
+        # The delete of the stored pod: a forget always means the pod is gone.
         Forget(SEED_UID, True, 20480, NOTHING),
-        # The informer's update between the release and the new reservation: not re-charged.
         Record(bound_seed_pod(init_statuses=[running("convert-weights")]), "Forgotten",
                NOTHING),
-        Reserve(seed_pod(), SEED_GRANTS, True, "Reserved", 20480, 20480),
-        Record(bound_seed_pod(init_statuses=[running("convert-weights")]), "Unchanged",
-               Figures(20480, 20480, 20480, stored_cores=0)),
-        Forget(SEED_UID, True, 20480, NOTHING),
-        # The delete after the release: now a reservation is refused too.
+        # A Filter still running for it (a re-filter that read its reservation): refused.
+        Reserve(seed_pod(), SEED_GRANTS, False, "PodForgotten", 0, 0),
         Forget(SEED_UID, False, 0, NOTHING),
         Reserve(seed_pod(), SEED_GRANTS, False, "PodForgotten", 0, 0),
     )),
@@ -1147,3 +1144,87 @@ def _wait_until(condition: Any, timeout_s: float = 10.0) -> None:
         assert condition(), "condition not reached in time"
     finally:
         deadline_thread.cancel()
+
+
+# -- a Reserve states the reservation it replaces --------------------------------------------------
+
+
+def _read_revision(stub: Stub, uid: str) -> int:
+    pod = stub.GetPodUsage(usage_pb2.GetPodUsageRequest(pod_uid=uid), timeout=RPC_TIMEOUT_S)
+    return pod.stored_revision if pod.found else 0
+
+
+def _reserve_replacing(stub: Stub, pod: Json, grants: Sequence[Sequence[tuple[str, int, int]]],
+                       replaces: int) -> usage_pb2.ReserveResponse:
+    request = usage_pb2.ReserveRequest(
+        kubernetes_pod_json=to_json(pod), node_name=NODE, replaces_revision=replaces,
+        container_grants=[
+            types_pb2.ContainerGrants(grants=[
+                types_pb2.DeviceGrant(uuid=uuid, device_type="NVIDIA", memory_mib=mib,
+                                      core_percent=cores)
+                for uuid, mib, cores in per_container
+            ])
+            for per_container in grants
+        ],
+    )
+    response: usage_pb2.ReserveResponse = stub.Reserve(request, timeout=RPC_TIMEOUT_S)
+    return response
+
+
+def test_reserve_replaces_only_the_reservation_it_states(stub: Stub) -> None:
+    register_node(stub)
+    assert _read_revision(stub, SEED_UID) == 0
+    first = _reserve_replacing(stub, seed_pod(), SEED_GRANTS, 0)
+    assert (first.reserved, first.stored_node_name) == (True, NODE)
+    read = _read_revision(stub, SEED_UID)
+    assert read == first.stored_revision > 0
+
+    # A rival that read "nothing stored" is refused and changes nothing.
+    rival = _reserve_replacing(stub, seed_pod(), (((GPU, 1000, 0),), ((GPU, 1000, 0),)), 0)
+    assert (rival.reserved, rival.reason) == (False, "ReservationChanged")
+    assert (rival.stored_revision, rival.stored_node_name) == (read, NODE)
+    assert sum(u.memory_mib for u in rival.stored) == 20480
+    assert figures(stub, SEED_UID).stored_mib == 20480
+
+    # The re-filter that read it replaces it, under a new revision.
+    again = _reserve_replacing(stub, seed_pod(), (((GPU, 1000, 0),), ((GPU, 1000, 0),)), read)
+    assert again.reserved and again.stored_revision > read
+    assert figures(stub, SEED_UID) == Figures(1000, 1000, 1000, stored_cores=0)
+
+
+def test_release_reservation_states_what_it_releases_and_leaves_the_pod_reservable(
+    stub: Stub,
+) -> None:
+    register_node(stub)
+    reserved = _reserve_replacing(stub, seed_pod(), SEED_GRANTS, 0)
+
+    stale = stub.ReleaseReservation(
+        usage_pb2.ReleaseReservationRequest(pod_uid=SEED_UID,
+                                            replaces_revision=reserved.stored_revision - 1),
+        timeout=RPC_TIMEOUT_S)
+    assert (stale.released, stale.reason) == (False, "ReservationChanged")
+    assert figures(stub, SEED_UID).stored_mib == 20480
+
+    released = stub.ReleaseReservation(
+        usage_pb2.ReleaseReservationRequest(pod_uid=SEED_UID,
+                                            replaces_revision=reserved.stored_revision),
+        timeout=RPC_TIMEOUT_S)
+    assert (released.released, released.reason) == (True, "Released")
+    assert sum(u.memory_mib for u in released.released_usage) == 20480
+    assert released.revision >= reserved.revision + 1
+    assert figures(stub, SEED_UID) == NOTHING
+    # No tombstone: the pod can be reserved again (it was not deleted).
+    assert _reserve_replacing(stub, seed_pod(), SEED_GRANTS, 0).reserved
+
+
+def test_stored_revisions_survive_a_restart(start_recorder: Any) -> None:
+    first = start_recorder()
+    register_node(first.stub)
+    reserved = _reserve_replacing(first.stub, seed_pod(), SEED_GRANTS, 0)
+    first.stop()
+
+    again = start_recorder()
+
+    assert _read_revision(again.stub, SEED_UID) == reserved.stored_revision
+    refilter = _reserve_replacing(again.stub, seed_pod(), SEED_GRANTS, reserved.stored_revision)
+    assert refilter.reserved and refilter.stored_revision > reserved.stored_revision

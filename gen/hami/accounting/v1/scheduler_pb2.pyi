@@ -137,7 +137,10 @@ class FilterResponse(_message.Message):
     """The chosen node; empty when no node fits."""
     reason: _builtins.str
     """Stable machine code: Scheduled, NoGpuRequest, NoNodeFits,
-    ReservationConflict.
+    ReservationConflict (another scheduler took the capacity first every time,
+    or another Filter for the same pod reserved it meanwhile: that placement
+    stands), PodForgotten (the pod was deleted meanwhile). Only a Scheduled
+    answer places anything: every other answer reserves nothing.
     """
     message: _builtins.str
     """One sentence on the outcome."""

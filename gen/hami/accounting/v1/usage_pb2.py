@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from hami.accounting.v1 import types_pb2 as hami_dot_accounting_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ehami/accounting/v1/usage.proto\x12\x12hami.accounting.v1\x1a\x1ehami/accounting/v1/types.proto\"g\n\x10RecordPodRequest\x12&\n\x03pod\x18\x01 \x01(\x0b\x32\x17.hami.accounting.v1.PodH\x00\x12\x1d\n\x13kubernetes_pod_json\x18\x02 \x01(\x0cH\x00\x42\x0c\n\npod_source\"\xa1\x01\n\x11RecordPodResponse\x12/\n\x06stored\x18\x01 \x03(\x0b\x32\x1f.hami.accounting.v1.DeviceUsage\x12\x15\n\rinit_released\x18\x02 \x01(\x08\x12\x10\n\x08\x64\x65\x63ision\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x0f\n\x07tracked\x18\x05 \x01(\x08\x12\x10\n\x08revision\x18\x06 \x01(\x03\"#\n\x10\x46orgetPodRequest\x12\x0f\n\x07pod_uid\x18\x01 \x01(\t\"g\n\x11\x46orgetPodResponse\x12\x31\n\x08released\x18\x01 \x03(\x0b\x32\x1f.hami.accounting.v1.DeviceUsage\x12\r\n\x05\x66ound\x18\x02 \x01(\x08\x12\x10\n\x08revision\x18\x03 \x01(\x03\"\xca\x01\n\x0eReserveRequest\x12&\n\x03pod\x18\x01 \x01(\x0b\x32\x17.hami.accounting.v1.PodH\x00\x12\x1d\n\x13kubernetes_pod_json\x18\x02 \x01(\x0cH\x00\x12\x11\n\tnode_name\x18\x03 \x01(\t\x12=\n\x10\x63ontainer_grants\x18\x04 \x03(\x0b\x32#.hami.accounting.v1.ContainerGrants\x12\x11\n\tpolicy_id\x18\x05 \x01(\tB\x0c\n\npod_source\"\x87\x01\n\x0fReserveResponse\x12\x10\n\x08reserved\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12/\n\x06stored\x18\x04 \x03(\x0b\x32\x1f.hami.accounting.v1.DeviceUsage\x12\x10\n\x08revision\x18\x05 \x01(\x03\"%\n\x12GetPodUsageRequest\x12\x0f\n\x07pod_uid\x18\x01 \x01(\t\"\xa0\x01\n\x13GetPodUsageResponse\x12/\n\x06stored\x18\x01 \x03(\x0b\x32\x1f.hami.accounting.v1.DeviceUsage\x12\x15\n\rinit_released\x18\x02 \x01(\x08\x12\r\n\x05\x66ound\x18\x03 \x01(\x08\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\x12\x11\n\tnode_name\x18\x06 \x01(\t\")\n\x13GetNodeUsageRequest\x12\x12\n\nnode_names\x18\x01 \x03(\t\"`\n\x14GetNodeUsageResponse\x12,\n\x05nodes\x18\x01 \x03(\x0b\x32\x1d.hami.accounting.v1.NodeUsage\x12\x1a\n\x12unknown_node_names\x18\x02 \x03(\t\"-\n\x18GetNamespaceUsageRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"\\\n\x19GetNamespaceUsageResponse\x12,\n\x05items\x18\x01 \x03(\x0b\x32\x1d.hami.accounting.v1.QuotaItem\x12\x11\n\tpolicy_id\x18\x02 \x01(\t\"\x8f\x01\n\x13RegisterNodeRequest\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x1e\n\x14kubernetes_node_json\x18\x02 \x01(\x0cH\x00\x12\x36\n\tinventory\x18\x03 \x01(\x0b\x32!.hami.accounting.v1.NodeInventoryH\x00\x42\r\n\x0bnode_source\"U\n\x14RegisterNodeResponse\x12+\n\x04node\x18\x01 \x01(\x0b\x32\x1d.hami.accounting.v1.NodeUsage\x12\x10\n\x08revision\x18\x02 \x01(\x03\"\x94\x01\n\x0fSetQuotaRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12?\n\x06limits\x18\x02 \x03(\x0b\x32/.hami.accounting.v1.SetQuotaRequest.LimitsEntry\x1a-\n\x0bLimitsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"R\n\x10SetQuotaResponse\x12,\n\x05items\x18\x01 \x03(\x0b\x32\x1d.hami.accounting.v1.QuotaItem\x12\x10\n\x08revision\x18\x02 \x01(\x03\"\x8f\x01\n\x11WatchUsageRequest\x12\x1a\n\x12send_initial_state\x18\x01 \x01(\x08\x12\x31\n\x07\x63ontent\x18\x02 \x01(\x0e\x32 .hami.accounting.v1.WatchContent\x12\x13\n\x0bsend_policy\x18\x03 \x01(\x08\x12\x16\n\x0e\x61\x63\x63\x65pt_batches\x18\x04 \x01(\x08\"\x12\n\x10GetPolicyRequest\"I\n\x11GetPolicyResponse\x12\x34\n\x06policy\x18\x01 \x01(\x0b\x32$.hami.accounting.v1.AccountingPolicy\"\xef\x02\n\nUsageEvent\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12\x30\n\x04kind\x18\x02 \x01(\x0e\x32\".hami.accounting.v1.UsageEventKind\x12\x0f\n\x07pod_uid\x18\x03 \x01(\t\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12\x36\n\x0fnamespace_items\x18\x05 \x03(\x0b\x32\x1d.hami.accounting.v1.QuotaItem\x12+\n\x04node\x18\x06 \x01(\x0b\x32\x1d.hami.accounting.v1.NodeUsage\x12/\n\x06stored\x18\x07 \x03(\x0b\x32\x1f.hami.accounting.v1.DeviceUsage\x12\x34\n\x06policy\x18\x08 \x01(\x0b\x32$.hami.accounting.v1.AccountingPolicy\x12-\n\x05\x62\x61tch\x18\t \x03(\x0b\x32\x1e.hami.accounting.v1.UsageEvent*d\n\x0cWatchContent\x12\x1d\n\x19WATCH_CONTENT_UNSPECIFIED\x10\x00\x12\x1c\n\x18WATCH_CONTENT_NAMESPACES\x10\x01\x12\x17\n\x13WATCH_CONTENT_NODES\x10\x02*\xa7\x02\n\x0eUsageEventKind\x12 \n\x1cUSAGE_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19USAGE_EVENT_KIND_SNAPSHOT\x10\x01\x12 \n\x1cUSAGE_EVENT_KIND_POD_CHANGED\x10\x02\x12\"\n\x1eUSAGE_EVENT_KIND_POD_FORGOTTEN\x10\x03\x12$\n USAGE_EVENT_KIND_NODE_REGISTERED\x10\x04\x12\x1e\n\x1aUSAGE_EVENT_KIND_QUOTA_SET\x10\x05\x12\x1b\n\x17USAGE_EVENT_KIND_POLICY\x10\x06\x12+\n\'USAGE_EVENT_KIND_INITIAL_STATE_COMPLETE\x10\x07\x32\xb7\x07\n\rUsageRecorder\x12X\n\tRecordPod\x12$.hami.accounting.v1.RecordPodRequest\x1a%.hami.accounting.v1.RecordPodResponse\x12X\n\tForgetPod\x12$.hami.accounting.v1.ForgetPodRequest\x1a%.hami.accounting.v1.ForgetPodResponse\x12R\n\x07Reserve\x12\".hami.accounting.v1.ReserveRequest\x1a#.hami.accounting.v1.ReserveResponse\x12^\n\x0bGetPodUsage\x12&.hami.accounting.v1.GetPodUsageRequest\x1a\'.hami.accounting.v1.GetPodUsageResponse\x12\x61\n\x0cGetNodeUsage\x12\'.hami.accounting.v1.GetNodeUsageRequest\x1a(.hami.accounting.v1.GetNodeUsageResponse\x12p\n\x11GetNamespaceUsage\x12,.hami.accounting.v1.GetNamespaceUsageRequest\x1a-.hami.accounting.v1.GetNamespaceUsageResponse\x12\x61\n\x0cRegisterNode\x12\'.hami.accounting.v1.RegisterNodeRequest\x1a(.hami.accounting.v1.RegisterNodeResponse\x12U\n\x08SetQuota\x12#.hami.accounting.v1.SetQuotaRequest\x1a$.hami.accounting.v1.SetQuotaResponse\x12U\n\nWatchUsage\x12%.hami.accounting.v1.WatchUsageRequest\x1a\x1e.hami.accounting.v1.UsageEvent0\x01\x12X\n\tGetPolicy\x12$.hami.accounting.v1.GetPolicyRequest\x1a%.hami.accounting.v1.GetPolicyResponseB8Z6hami-accounting/gen/go/hami/accounting/v1;accountingv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ehami/accounting/v1/usage.proto\x12\x12hami.accounting.v1\x1a\x1ehami/accounting/v1/types.proto\"g\n\x10RecordPodRequest\x12&\n\x03pod\x18\x01 \x01(\x0b\x32\x17.hami.accounting.v1.PodH\x00\x12\x1d\n\x13kubernetes_pod_json\x18\x02 \x01(\x0cH\x00\x42\x0c\n\npod_source\"\xa1\x01\n\x11RecordPodResponse\x12/\n\x06stored\x18\x01 \x03(\x0b\x32\x1f.hami.accounting.v1.DeviceUsage\x12\x15\n\rinit_released\x18\x02 \x01(\x08\x12\x10\n\x08\x64\x65\x63ision\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x0f\n\x07tracked\x18\x05 \x01(\x08\x12\x10\n\x08revision\x18\x06 \x01(\x03\"#\n\x10\x46orgetPodRequest\x12\x0f\n\x07pod_uid\x18\x01 \x01(\t\"g\n\x11\x46orgetPodResponse\x12\x31\n\x08released\x18\x01 \x03(\x0b\x32\x1f.hami.accounting.v1.DeviceUsage\x12\r\n\x05\x66ound\x18\x02 \x01(\x08\x12\x10\n\x08revision\x18\x03 \x01(\x03\"\x80\x02\n\x0eReserveRequest\x12&\n\x03pod\x18\x01 \x01(\x0b\x32\x17.hami.accounting.v1.PodH\x00\x12\x1d\n\x13kubernetes_pod_json\x18\x02 \x01(\x0cH\x00\x12\x11\n\tnode_name\x18\x03 \x01(\t\x12=\n\x10\x63ontainer_grants\x18\x04 \x03(\x0b\x32#.hami.accounting.v1.ContainerGrants\x12\x11\n\tpolicy_id\x18\x05 \x01(\t\x12\x1e\n\x11replaces_revision\x18\x06 \x01(\x03H\x01\x88\x01\x01\x42\x0c\n\npod_sourceB\x14\n\x12_replaces_revision\"\xba\x01\n\x0fReserveResponse\x12\x10\n\x08reserved\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12/\n\x06stored\x18\x04 \x03(\x0b\x32\x1f.hami.accounting.v1.DeviceUsage\x12\x10\n\x08revision\x18\x05 \x01(\x03\x12\x17\n\x0fstored_revision\x18\x06 \x01(\x03\x12\x18\n\x10stored_node_name\x18\x07 \x01(\t\"G\n\x19ReleaseReservationRequest\x12\x0f\n\x07pod_uid\x18\x01 \x01(\t\x12\x19\n\x11replaces_revision\x18\x02 \x01(\x03\"\x9a\x01\n\x1aReleaseReservationResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x37\n\x0ereleased_usage\x18\x04 \x03(\x0b\x32\x1f.hami.accounting.v1.DeviceUsage\x12\x10\n\x08revision\x18\x05 \x01(\x03\"%\n\x12GetPodUsageRequest\x12\x0f\n\x07pod_uid\x18\x01 \x01(\t\"\xb9\x01\n\x13GetPodUsageResponse\x12/\n\x06stored\x18\x01 \x03(\x0b\x32\x1f.hami.accounting.v1.DeviceUsage\x12\x15\n\rinit_released\x18\x02 \x01(\x08\x12\r\n\x05\x66ound\x18\x03 \x01(\x08\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\x12\x11\n\tnode_name\x18\x06 \x01(\t\x12\x17\n\x0fstored_revision\x18\x07 \x01(\x03\")\n\x13GetNodeUsageRequest\x12\x12\n\nnode_names\x18\x01 \x03(\t\"`\n\x14GetNodeUsageResponse\x12,\n\x05nodes\x18\x01 \x03(\x0b\x32\x1d.hami.accounting.v1.NodeUsage\x12\x1a\n\x12unknown_node_names\x18\x02 \x03(\t\"-\n\x18GetNamespaceUsageRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"\\\n\x19GetNamespaceUsageResponse\x12,\n\x05items\x18\x01 \x03(\x0b\x32\x1d.hami.accounting.v1.QuotaItem\x12\x11\n\tpolicy_id\x18\x02 \x01(\t\"\x8f\x01\n\x13RegisterNodeRequest\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x1e\n\x14kubernetes_node_json\x18\x02 \x01(\x0cH\x00\x12\x36\n\tinventory\x18\x03 \x01(\x0b\x32!.hami.accounting.v1.NodeInventoryH\x00\x42\r\n\x0bnode_source\"U\n\x14RegisterNodeResponse\x12+\n\x04node\x18\x01 \x01(\x0b\x32\x1d.hami.accounting.v1.NodeUsage\x12\x10\n\x08revision\x18\x02 \x01(\x03\"\x94\x01\n\x0fSetQuotaRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12?\n\x06limits\x18\x02 \x03(\x0b\x32/.hami.accounting.v1.SetQuotaRequest.LimitsEntry\x1a-\n\x0bLimitsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"R\n\x10SetQuotaResponse\x12,\n\x05items\x18\x01 \x03(\x0b\x32\x1d.hami.accounting.v1.QuotaItem\x12\x10\n\x08revision\x18\x02 \x01(\x03\"\x8f\x01\n\x11WatchUsageRequest\x12\x1a\n\x12send_initial_state\x18\x01 \x01(\x08\x12\x31\n\x07\x63ontent\x18\x02 \x01(\x0e\x32 .hami.accounting.v1.WatchContent\x12\x13\n\x0bsend_policy\x18\x03 \x01(\x08\x12\x16\n\x0e\x61\x63\x63\x65pt_batches\x18\x04 \x01(\x08\"\x12\n\x10GetPolicyRequest\"I\n\x11GetPolicyResponse\x12\x34\n\x06policy\x18\x01 \x01(\x0b\x32$.hami.accounting.v1.AccountingPolicy\"\xef\x02\n\nUsageEvent\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12\x30\n\x04kind\x18\x02 \x01(\x0e\x32\".hami.accounting.v1.UsageEventKind\x12\x0f\n\x07pod_uid\x18\x03 \x01(\t\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12\x36\n\x0fnamespace_items\x18\x05 \x03(\x0b\x32\x1d.hami.accounting.v1.QuotaItem\x12+\n\x04node\x18\x06 \x01(\x0b\x32\x1d.hami.accounting.v1.NodeUsage\x12/\n\x06stored\x18\x07 \x03(\x0b\x32\x1f.hami.accounting.v1.DeviceUsage\x12\x34\n\x06policy\x18\x08 \x01(\x0b\x32$.hami.accounting.v1.AccountingPolicy\x12-\n\x05\x62\x61tch\x18\t \x03(\x0b\x32\x1e.hami.accounting.v1.UsageEvent*d\n\x0cWatchContent\x12\x1d\n\x19WATCH_CONTENT_UNSPECIFIED\x10\x00\x12\x1c\n\x18WATCH_CONTENT_NAMESPACES\x10\x01\x12\x17\n\x13WATCH_CONTENT_NODES\x10\x02*\xa7\x02\n\x0eUsageEventKind\x12 \n\x1cUSAGE_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19USAGE_EVENT_KIND_SNAPSHOT\x10\x01\x12 \n\x1cUSAGE_EVENT_KIND_POD_CHANGED\x10\x02\x12\"\n\x1eUSAGE_EVENT_KIND_POD_FORGOTTEN\x10\x03\x12$\n USAGE_EVENT_KIND_NODE_REGISTERED\x10\x04\x12\x1e\n\x1aUSAGE_EVENT_KIND_QUOTA_SET\x10\x05\x12\x1b\n\x17USAGE_EVENT_KIND_POLICY\x10\x06\x12+\n\'USAGE_EVENT_KIND_INITIAL_STATE_COMPLETE\x10\x07\x32\xac\x08\n\rUsageRecorder\x12X\n\tRecordPod\x12$.hami.accounting.v1.RecordPodRequest\x1a%.hami.accounting.v1.RecordPodResponse\x12X\n\tForgetPod\x12$.hami.accounting.v1.ForgetPodRequest\x1a%.hami.accounting.v1.ForgetPodResponse\x12R\n\x07Reserve\x12\".hami.accounting.v1.ReserveRequest\x1a#.hami.accounting.v1.ReserveResponse\x12s\n\x12ReleaseReservation\x12-.hami.accounting.v1.ReleaseReservationRequest\x1a..hami.accounting.v1.ReleaseReservationResponse\x12^\n\x0bGetPodUsage\x12&.hami.accounting.v1.GetPodUsageRequest\x1a\'.hami.accounting.v1.GetPodUsageResponse\x12\x61\n\x0cGetNodeUsage\x12\'.hami.accounting.v1.GetNodeUsageRequest\x1a(.hami.accounting.v1.GetNodeUsageResponse\x12p\n\x11GetNamespaceUsage\x12,.hami.accounting.v1.GetNamespaceUsageRequest\x1a-.hami.accounting.v1.GetNamespaceUsageResponse\x12\x61\n\x0cRegisterNode\x12\'.hami.accounting.v1.RegisterNodeRequest\x1a(.hami.accounting.v1.RegisterNodeResponse\x12U\n\x08SetQuota\x12#.hami.accounting.v1.SetQuotaRequest\x1a$.hami.accounting.v1.SetQuotaResponse\x12U\n\nWatchUsage\x12%.hami.accounting.v1.WatchUsageRequest\x1a\x1e.hami.accounting.v1.UsageEvent0\x01\x12X\n\tGetPolicy\x12$.hami.accounting.v1.GetPolicyRequest\x1a%.hami.accounting.v1.GetPolicyResponseB8Z6hami-accounting/gen/go/hami/accounting/v1;accountingv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,10 +35,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'Z6hami-accounting/gen/go/hami/accounting/v1;accountingv1'
   _globals['_SETQUOTAREQUEST_LIMITSENTRY']._loaded_options = None
   _globals['_SETQUOTAREQUEST_LIMITSENTRY']._serialized_options = b'8\001'
-  _globals['_WATCHCONTENT']._serialized_start=2403
-  _globals['_WATCHCONTENT']._serialized_end=2503
-  _globals['_USAGEEVENTKIND']._serialized_start=2506
-  _globals['_USAGEEVENTKIND']._serialized_end=2801
+  _globals['_WATCHCONTENT']._serialized_start=2763
+  _globals['_WATCHCONTENT']._serialized_end=2863
+  _globals['_USAGEEVENTKIND']._serialized_start=2866
+  _globals['_USAGEEVENTKIND']._serialized_end=3161
   _globals['_RECORDPODREQUEST']._serialized_start=86
   _globals['_RECORDPODREQUEST']._serialized_end=189
   _globals['_RECORDPODRESPONSE']._serialized_start=192
@@ -48,39 +48,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FORGETPODRESPONSE']._serialized_start=392
   _globals['_FORGETPODRESPONSE']._serialized_end=495
   _globals['_RESERVEREQUEST']._serialized_start=498
-  _globals['_RESERVEREQUEST']._serialized_end=700
-  _globals['_RESERVERESPONSE']._serialized_start=703
-  _globals['_RESERVERESPONSE']._serialized_end=838
-  _globals['_GETPODUSAGEREQUEST']._serialized_start=840
-  _globals['_GETPODUSAGEREQUEST']._serialized_end=877
-  _globals['_GETPODUSAGERESPONSE']._serialized_start=880
-  _globals['_GETPODUSAGERESPONSE']._serialized_end=1040
-  _globals['_GETNODEUSAGEREQUEST']._serialized_start=1042
-  _globals['_GETNODEUSAGEREQUEST']._serialized_end=1083
-  _globals['_GETNODEUSAGERESPONSE']._serialized_start=1085
-  _globals['_GETNODEUSAGERESPONSE']._serialized_end=1181
-  _globals['_GETNAMESPACEUSAGEREQUEST']._serialized_start=1183
-  _globals['_GETNAMESPACEUSAGEREQUEST']._serialized_end=1228
-  _globals['_GETNAMESPACEUSAGERESPONSE']._serialized_start=1230
-  _globals['_GETNAMESPACEUSAGERESPONSE']._serialized_end=1322
-  _globals['_REGISTERNODEREQUEST']._serialized_start=1325
-  _globals['_REGISTERNODEREQUEST']._serialized_end=1468
-  _globals['_REGISTERNODERESPONSE']._serialized_start=1470
-  _globals['_REGISTERNODERESPONSE']._serialized_end=1555
-  _globals['_SETQUOTAREQUEST']._serialized_start=1558
-  _globals['_SETQUOTAREQUEST']._serialized_end=1706
-  _globals['_SETQUOTAREQUEST_LIMITSENTRY']._serialized_start=1661
-  _globals['_SETQUOTAREQUEST_LIMITSENTRY']._serialized_end=1706
-  _globals['_SETQUOTARESPONSE']._serialized_start=1708
-  _globals['_SETQUOTARESPONSE']._serialized_end=1790
-  _globals['_WATCHUSAGEREQUEST']._serialized_start=1793
-  _globals['_WATCHUSAGEREQUEST']._serialized_end=1936
-  _globals['_GETPOLICYREQUEST']._serialized_start=1938
-  _globals['_GETPOLICYREQUEST']._serialized_end=1956
-  _globals['_GETPOLICYRESPONSE']._serialized_start=1958
-  _globals['_GETPOLICYRESPONSE']._serialized_end=2031
-  _globals['_USAGEEVENT']._serialized_start=2034
-  _globals['_USAGEEVENT']._serialized_end=2401
-  _globals['_USAGERECORDER']._serialized_start=2804
-  _globals['_USAGERECORDER']._serialized_end=3755
+  _globals['_RESERVEREQUEST']._serialized_end=754
+  _globals['_RESERVERESPONSE']._serialized_start=757
+  _globals['_RESERVERESPONSE']._serialized_end=943
+  _globals['_RELEASERESERVATIONREQUEST']._serialized_start=945
+  _globals['_RELEASERESERVATIONREQUEST']._serialized_end=1016
+  _globals['_RELEASERESERVATIONRESPONSE']._serialized_start=1019
+  _globals['_RELEASERESERVATIONRESPONSE']._serialized_end=1173
+  _globals['_GETPODUSAGEREQUEST']._serialized_start=1175
+  _globals['_GETPODUSAGEREQUEST']._serialized_end=1212
+  _globals['_GETPODUSAGERESPONSE']._serialized_start=1215
+  _globals['_GETPODUSAGERESPONSE']._serialized_end=1400
+  _globals['_GETNODEUSAGEREQUEST']._serialized_start=1402
+  _globals['_GETNODEUSAGEREQUEST']._serialized_end=1443
+  _globals['_GETNODEUSAGERESPONSE']._serialized_start=1445
+  _globals['_GETNODEUSAGERESPONSE']._serialized_end=1541
+  _globals['_GETNAMESPACEUSAGEREQUEST']._serialized_start=1543
+  _globals['_GETNAMESPACEUSAGEREQUEST']._serialized_end=1588
+  _globals['_GETNAMESPACEUSAGERESPONSE']._serialized_start=1590
+  _globals['_GETNAMESPACEUSAGERESPONSE']._serialized_end=1682
+  _globals['_REGISTERNODEREQUEST']._serialized_start=1685
+  _globals['_REGISTERNODEREQUEST']._serialized_end=1828
+  _globals['_REGISTERNODERESPONSE']._serialized_start=1830
+  _globals['_REGISTERNODERESPONSE']._serialized_end=1915
+  _globals['_SETQUOTAREQUEST']._serialized_start=1918
+  _globals['_SETQUOTAREQUEST']._serialized_end=2066
+  _globals['_SETQUOTAREQUEST_LIMITSENTRY']._serialized_start=2021
+  _globals['_SETQUOTAREQUEST_LIMITSENTRY']._serialized_end=2066
+  _globals['_SETQUOTARESPONSE']._serialized_start=2068
+  _globals['_SETQUOTARESPONSE']._serialized_end=2150
+  _globals['_WATCHUSAGEREQUEST']._serialized_start=2153
+  _globals['_WATCHUSAGEREQUEST']._serialized_end=2296
+  _globals['_GETPOLICYREQUEST']._serialized_start=2298
+  _globals['_GETPOLICYREQUEST']._serialized_end=2316
+  _globals['_GETPOLICYRESPONSE']._serialized_start=2318
+  _globals['_GETPOLICYRESPONSE']._serialized_end=2391
+  _globals['_USAGEEVENT']._serialized_start=2394
+  _globals['_USAGEEVENT']._serialized_end=2761
+  _globals['_USAGERECORDER']._serialized_start=3164
+  _globals['_USAGERECORDER']._serialized_end=4232
 # @@protoc_insertion_point(module_scope)

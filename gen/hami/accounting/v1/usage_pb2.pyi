@@ -233,6 +233,7 @@ class ReserveRequest(_message.Message):
     NODE_NAME_FIELD_NUMBER: _builtins.int
     CONTAINER_GRANTS_FIELD_NUMBER: _builtins.int
     POLICY_ID_FIELD_NUMBER: _builtins.int
+    REPLACES_REVISION_FIELD_NUMBER: _builtins.int
     kubernetes_pod_json: _builtins.bytes
     """The Kubernetes Pod exactly as Go's json.Marshal(pod) writes it."""
     node_name: _builtins.str
@@ -242,6 +243,13 @@ class ReserveRequest(_message.Message):
     When set and not the recorder's, nothing is reserved and the reason is
     PolicyChanged: read the policy again (GetPolicy) and fit again. Empty: not
     checked.
+    """
+    replaces_revision: _builtins.int
+    """The reservation this one replaces: the pod's stored_revision as the caller
+    read it (GetPodUsage), 0 when the pod had nothing stored. When set and what
+    is stored for the pod is no longer exactly that (another Filter for the
+    same pod, or an update, changed it meanwhile), nothing is reserved and the
+    reason is ReservationChanged. Unset: whatever is stored is replaced.
     """
     @_builtins.property
     def pod(self) -> _types_pb2.Pod:
@@ -259,13 +267,19 @@ class ReserveRequest(_message.Message):
         node_name: _builtins.str = ...,
         container_grants: _abc.Iterable[_types_pb2.ContainerGrants] | None = ...,
         policy_id: _builtins.str = ...,
+        replaces_revision: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["kubernetes_pod_json", b"kubernetes_pod_json", "pod", b"pod", "pod_source", b"pod_source"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_replaces_revision", b"_replaces_revision", "kubernetes_pod_json", b"kubernetes_pod_json", "pod", b"pod", "pod_source", b"pod_source", "replaces_revision", b"replaces_revision"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["container_grants", b"container_grants", "kubernetes_pod_json", b"kubernetes_pod_json", "node_name", b"node_name", "pod", b"pod", "pod_source", b"pod_source", "policy_id", b"policy_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_replaces_revision", b"_replaces_revision", "container_grants", b"container_grants", "kubernetes_pod_json", b"kubernetes_pod_json", "node_name", b"node_name", "pod", b"pod", "pod_source", b"pod_source", "policy_id", b"policy_id", "replaces_revision", b"replaces_revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__replaces_revision: _TypeAlias = _typing.Literal["replaces_revision"]  # noqa: Y015
+    _WhichOneofArgType__replaces_revision: _TypeAlias = _typing.Literal["_replaces_revision", b"_replaces_revision"]  # noqa: Y015
     _WhichOneofReturnType_pod_source: _TypeAlias = _typing.Literal["pod", "kubernetes_pod_json"]  # noqa: Y015
     _WhichOneofArgType_pod_source: _TypeAlias = _typing.Literal["pod_source", b"pod_source"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__replaces_revision) -> _WhichOneofReturnType__replaces_revision | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType_pod_source) -> _WhichOneofReturnType_pod_source | None: ...
 
 Global___ReserveRequest: _TypeAlias = ReserveRequest  # noqa: Y015
@@ -279,13 +293,15 @@ class ReserveResponse(_message.Message):
     MESSAGE_FIELD_NUMBER: _builtins.int
     STORED_FIELD_NUMBER: _builtins.int
     REVISION_FIELD_NUMBER: _builtins.int
+    STORED_REVISION_FIELD_NUMBER: _builtins.int
+    STORED_NODE_NAME_FIELD_NUMBER: _builtins.int
     reserved: _builtins.bool
     """Whether the placement was recorded."""
     reason: _builtins.str
     """Stable machine code: Reserved, CardInsufficientMemory,
     CardInsufficientCore, CardTimeSlicingExhausted, MemoryQuotaExceeded,
     CoreQuotaExceeded, GpuCountQuotaExceeded, NoGrants, PodForgotten,
-    PolicyChanged.
+    PolicyChanged, ReservationChanged.
     """
     message: _builtins.str
     """One sentence with the numbers."""
@@ -294,9 +310,17 @@ class ReserveResponse(_message.Message):
     WatchUsage subscribers. Pass it as CheckQuotaRequest.min_usage_revision to
     read your own write through a cache.
     """
+    stored_revision: _builtins.int
+    """The stored_revision of what is stored for the pod after this call (0:
+    nothing): the new reservation's, or the one that refused it.
+    """
+    stored_node_name: _builtins.str
+    """The node the pod is stored on after this call ("" when nothing is stored)."""
     @_builtins.property
     def stored(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.DeviceUsage]:
-        """What is stored for the pod when reserved."""
+        """What is stored for the pod when reserved; when refused with
+        ReservationChanged, what is stored for it now.
+        """
 
     def __init__(
         self,
@@ -306,14 +330,80 @@ class ReserveResponse(_message.Message):
         message: _builtins.str = ...,
         stored: _abc.Iterable[_types_pb2.DeviceUsage] | None = ...,
         revision: _builtins.int = ...,
+        stored_revision: _builtins.int = ...,
+        stored_node_name: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "reason", b"reason", "reserved", b"reserved", "revision", b"revision", "stored", b"stored"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "reason", b"reason", "reserved", b"reserved", "revision", b"revision", "stored", b"stored", "stored_node_name", b"stored_node_name", "stored_revision", b"stored_revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReserveResponse: _TypeAlias = ReserveResponse  # noqa: Y015
+
+@_typing.final
+class ReleaseReservationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POD_UID_FIELD_NUMBER: _builtins.int
+    REPLACES_REVISION_FIELD_NUMBER: _builtins.int
+    pod_uid: _builtins.str
+    """metadata.uid of the pod."""
+    replaces_revision: _builtins.int
+    """The pod's stored_revision as the caller read it (GetPodUsage): released
+    only if what is stored is still exactly that.
+    """
+    def __init__(
+        self,
+        *,
+        pod_uid: _builtins.str = ...,
+        replaces_revision: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pod_uid", b"pod_uid", "replaces_revision", b"replaces_revision"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseReservationRequest: _TypeAlias = ReleaseReservationRequest  # noqa: Y015
+
+@_typing.final
+class ReleaseReservationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RELEASED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    RELEASED_USAGE_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    released: _builtins.bool
+    """Whether the reservation was released."""
+    reason: _builtins.str
+    """Stable machine code: Released, ReservationChanged, NotTracked."""
+    message: _builtins.str
+    """One sentence."""
+    revision: _builtins.int
+    """The recorder's revision once this call's change (if any) is visible."""
+    @_builtins.property
+    def released_usage(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.DeviceUsage]:
+        """What was released."""
+
+    def __init__(
+        self,
+        *,
+        released: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+        message: _builtins.str = ...,
+        released_usage: _abc.Iterable[_types_pb2.DeviceUsage] | None = ...,
+        revision: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "reason", b"reason", "released", b"released", "released_usage", b"released_usage", "revision", b"revision"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseReservationResponse: _TypeAlias = ReleaseReservationResponse  # noqa: Y015
 
 @_typing.final
 class GetPodUsageRequest(_message.Message):
@@ -345,6 +435,7 @@ class GetPodUsageResponse(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     NODE_NAME_FIELD_NUMBER: _builtins.int
+    STORED_REVISION_FIELD_NUMBER: _builtins.int
     init_released: _builtins.bool
     """Whether the init-container share has been released."""
     found: _builtins.bool
@@ -353,6 +444,11 @@ class GetPodUsageResponse(_message.Message):
     """Where the pod is charged."""
     name: _builtins.str
     node_name: _builtins.str
+    stored_revision: _builtins.int
+    """Identifies what is stored for the pod (the recorder's revision when it was
+    last changed; 0 when nothing is stored). A re-filter states it in
+    ReserveRequest.replaces_revision.
+    """
     @_builtins.property
     def stored(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.DeviceUsage]:
         """What is stored for the pod, one entry per device UUID."""
@@ -366,10 +462,11 @@ class GetPodUsageResponse(_message.Message):
         namespace: _builtins.str = ...,
         name: _builtins.str = ...,
         node_name: _builtins.str = ...,
+        stored_revision: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["found", b"found", "init_released", b"init_released", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "stored", b"stored"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["found", b"found", "init_released", b"init_released", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "stored", b"stored", "stored_revision", b"stored_revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

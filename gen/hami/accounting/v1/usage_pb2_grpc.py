@@ -51,6 +51,11 @@ class UsageRecorderStub:
                 request_serializer=hami_dot_accounting_dot_v1_dot_usage__pb2.ReserveRequest.SerializeToString,
                 response_deserializer=hami_dot_accounting_dot_v1_dot_usage__pb2.ReserveResponse.FromString,
                 _registered_method=True)
+        self.ReleaseReservation = channel.unary_unary(
+                '/hami.accounting.v1.UsageRecorder/ReleaseReservation',
+                request_serializer=hami_dot_accounting_dot_v1_dot_usage__pb2.ReleaseReservationRequest.SerializeToString,
+                response_deserializer=hami_dot_accounting_dot_v1_dot_usage__pb2.ReleaseReservationResponse.FromString,
+                _registered_method=True)
         self.GetPodUsage = channel.unary_unary(
                 '/hami.accounting.v1.UsageRecorder/GetPodUsage',
                 request_serializer=hami_dot_accounting_dot_v1_dot_usage__pb2.GetPodUsageRequest.SerializeToString,
@@ -103,7 +108,8 @@ class UsageRecorderServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ForgetPod(self, request, context):
-        """Releases exactly what is stored for the pod and forgets it.
+        """The pod was deleted: releases exactly what is stored for it and forgets it
+        for good (a later RecordPod answers Forgotten, a later Reserve PodForgotten).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -112,7 +118,17 @@ class UsageRecorderServicer:
     def Reserve(self, request, context):
         """Atomically re-checks node capacity and namespace quota for the given
         grants, then records them. Refuses with a reason, changing nothing, if they
-        no longer fit.
+        no longer fit, if the pod was deleted, or if the reservation it states it
+        replaces is no longer the pod's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseReservation(self, request, context):
+        """Releases a pod's reservation without forgetting the pod (a re-filter that
+        finds no node): refused, changing nothing, unless what is stored for the
+        pod is still the reservation the caller read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -191,6 +207,11 @@ def add_UsageRecorderServicer_to_server(servicer, server):
                     servicer.Reserve,
                     request_deserializer=hami_dot_accounting_dot_v1_dot_usage__pb2.ReserveRequest.FromString,
                     response_serializer=hami_dot_accounting_dot_v1_dot_usage__pb2.ReserveResponse.SerializeToString,
+            ),
+            'ReleaseReservation': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseReservation,
+                    request_deserializer=hami_dot_accounting_dot_v1_dot_usage__pb2.ReleaseReservationRequest.FromString,
+                    response_serializer=hami_dot_accounting_dot_v1_dot_usage__pb2.ReleaseReservationResponse.SerializeToString,
             ),
             'GetPodUsage': grpc.unary_unary_rpc_method_handler(
                     servicer.GetPodUsage,
@@ -311,6 +332,33 @@ class UsageRecorder:
             '/hami.accounting.v1.UsageRecorder/Reserve',
             hami_dot_accounting_dot_v1_dot_usage__pb2.ReserveRequest.SerializeToString,
             hami_dot_accounting_dot_v1_dot_usage__pb2.ReserveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseReservation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hami.accounting.v1.UsageRecorder/ReleaseReservation',
+            hami_dot_accounting_dot_v1_dot_usage__pb2.ReleaseReservationRequest.SerializeToString,
+            hami_dot_accounting_dot_v1_dot_usage__pb2.ReleaseReservationResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,11 +41,19 @@ class UsageRecorderStub:
     already finished); later updates apply the shrink, hold and terminal rules.
     """
     ForgetPod: _grpc.UnaryUnaryMultiCallable[_usage_pb2.ForgetPodRequest, _usage_pb2.ForgetPodResponse]
-    """Releases exactly what is stored for the pod and forgets it."""
+    """The pod was deleted: releases exactly what is stored for it and forgets it
+    for good (a later RecordPod answers Forgotten, a later Reserve PodForgotten).
+    """
     Reserve: _grpc.UnaryUnaryMultiCallable[_usage_pb2.ReserveRequest, _usage_pb2.ReserveResponse]
     """Atomically re-checks node capacity and namespace quota for the given
     grants, then records them. Refuses with a reason, changing nothing, if they
-    no longer fit.
+    no longer fit, if the pod was deleted, or if the reservation it states it
+    replaces is no longer the pod's.
+    """
+    ReleaseReservation: _grpc.UnaryUnaryMultiCallable[_usage_pb2.ReleaseReservationRequest, _usage_pb2.ReleaseReservationResponse]
+    """Releases a pod's reservation without forgetting the pod (a re-filter that
+    finds no node): refused, changing nothing, unless what is stored for the
+    pod is still the reservation the caller read.
     """
     GetPodUsage: _grpc.UnaryUnaryMultiCallable[_usage_pb2.GetPodUsageRequest, _usage_pb2.GetPodUsageResponse]
     """What is stored for one pod."""
@@ -84,11 +92,19 @@ class UsageRecorderAsyncStub(UsageRecorderStub):
     already finished); later updates apply the shrink, hold and terminal rules.
     """
     ForgetPod: _aio.UnaryUnaryMultiCallable[_usage_pb2.ForgetPodRequest, _usage_pb2.ForgetPodResponse]  # type: ignore[assignment]
-    """Releases exactly what is stored for the pod and forgets it."""
+    """The pod was deleted: releases exactly what is stored for it and forgets it
+    for good (a later RecordPod answers Forgotten, a later Reserve PodForgotten).
+    """
     Reserve: _aio.UnaryUnaryMultiCallable[_usage_pb2.ReserveRequest, _usage_pb2.ReserveResponse]  # type: ignore[assignment]
     """Atomically re-checks node capacity and namespace quota for the given
     grants, then records them. Refuses with a reason, changing nothing, if they
-    no longer fit.
+    no longer fit, if the pod was deleted, or if the reservation it states it
+    replaces is no longer the pod's.
+    """
+    ReleaseReservation: _aio.UnaryUnaryMultiCallable[_usage_pb2.ReleaseReservationRequest, _usage_pb2.ReleaseReservationResponse]  # type: ignore[assignment]
+    """Releases a pod's reservation without forgetting the pod (a re-filter that
+    finds no node): refused, changing nothing, unless what is stored for the
+    pod is still the reservation the caller read.
     """
     GetPodUsage: _aio.UnaryUnaryMultiCallable[_usage_pb2.GetPodUsageRequest, _usage_pb2.GetPodUsageResponse]  # type: ignore[assignment]
     """What is stored for one pod."""
@@ -136,7 +152,9 @@ class UsageRecorderServicer(metaclass=_abc_1.ABCMeta):
         request: _usage_pb2.ForgetPodRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_usage_pb2.ForgetPodResponse, _abc.Awaitable[_usage_pb2.ForgetPodResponse]]:
-        """Releases exactly what is stored for the pod and forgets it."""
+        """The pod was deleted: releases exactly what is stored for it and forgets it
+        for good (a later RecordPod answers Forgotten, a later Reserve PodForgotten).
+        """
 
     @_abc_1.abstractmethod
     def Reserve(
@@ -146,7 +164,19 @@ class UsageRecorderServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_usage_pb2.ReserveResponse, _abc.Awaitable[_usage_pb2.ReserveResponse]]:
         """Atomically re-checks node capacity and namespace quota for the given
         grants, then records them. Refuses with a reason, changing nothing, if they
-        no longer fit.
+        no longer fit, if the pod was deleted, or if the reservation it states it
+        replaces is no longer the pod's.
+        """
+
+    @_abc_1.abstractmethod
+    def ReleaseReservation(
+        self,
+        request: _usage_pb2.ReleaseReservationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_usage_pb2.ReleaseReservationResponse, _abc.Awaitable[_usage_pb2.ReleaseReservationResponse]]:
+        """Releases a pod's reservation without forgetting the pod (a re-filter that
+        finds no node): refused, changing nothing, unless what is stored for the
+        pod is still the reservation the caller read.
         """
 
     @_abc_1.abstractmethod
