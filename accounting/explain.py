@@ -42,6 +42,7 @@ from accounting.pod import (
     grant_amounts,
     remaining_usage,
     usage_phases,
+    vendors_asked,
 )
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 
@@ -190,8 +191,10 @@ def explain(pod: Pod, vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,)) 
 
     Args:
         pod: the parsed pod (statuses are not consulted: the explanation covers its whole life).
-        vendors: whose requests to explain (the memory factor of each applies on requests).
+        vendors: the policy's vendors; those the pod asks devices of are explained (the memory
+            factor of each applies on requests).
     """
+    vendors = vendors_asked(pod, vendors)
     # The pods the formulas run on: the pod itself, or one synthetic request pod per vendor.
     if pod.has_grants:
         views = [pod]
@@ -263,7 +266,7 @@ def _kubernetes_pod(pod: Pod) -> Pod:
             replace(
                 c,
                 requests=tuple(
-                    replace(r, count=1, memory_mib=0 if r.memory_from_default else r.memory_mib)
+                    replace(r, count=1, memory_mib=0 if r.memory_unscaled else r.memory_mib)
                     for r in c.requests
                     if r.count > 0
                 ),

@@ -29,8 +29,13 @@ CardTypeMismatch (vendor, nvidia.com/use-gputype and nouse-gputype, nvidia.com/v
 CardUuidMismatch (nvidia.com/use-gpuuuid and nouse-gpuuuid), CardTimeSlicingExhausted,
 ResourceQuotaNotFit (the namespace quota, checked per candidate card: ``_QuotaWalk``),
 CardInsufficientMemory, CardInsufficientCore, ExclusiveDeviceAllocateConflict,
-CardComputeUnitsExhausted. Not modelled: cordoned devices, numa-bind, MIG, the mutex and
-topology GPU policies, hami.io/device-scoring-weights (always 1,1,1).
+CardComputeUnitsExhausted. Not modelled: cordoned devices, numa-bind, the mutex and topology
+GPU policies, hami.io/device-scoring-weights (always 1,1,1).
+
+Every vendor of the policy is placed on its own devices (docs/design.md §2.7). The loop above is
+the generic path; a vendor whose table entry names a rule of its own, or an NVIDIA node with a
+card in MIG (or another) mode, is placed by ``accounting.vendor_fit`` instead
+(``vendor_fit.needs_rules`` says which), its quota checked on the complete placement.
 """
 
 from __future__ import annotations
@@ -42,16 +47,17 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from accounting import quota as quota_rules
+from accounting import vendor_fit
 from accounting.amount import Amount
-from accounting.annotations import (
-    GPU_POLICY_ANNOTATION,
-    NODE_POLICY_ANNOTATION,
-    NOUSE_GPU_TYPE_ANNOTATION,
-    NOUSE_GPU_UUID_ANNOTATION,
-    USE_GPU_TYPE_ANNOTATION,
-    USE_GPU_UUID_ANNOTATION,
-    VGPU_MODE_ANNOTATION,
-)
+from accounting.annotations import GPU_POLICY_ANNOTATION, NODE_POLICY_ANNOTATION
+
+# Re-exported: callers and tests read the device-selection keys from here.
+from accounting.annotations import NOUSE_GPU_TYPE_ANNOTATION as NOUSE_GPU_TYPE_ANNOTATION
+from accounting.annotations import NOUSE_GPU_UUID_ANNOTATION as NOUSE_GPU_UUID_ANNOTATION
+from accounting.annotations import USE_GPU_TYPE_ANNOTATION as USE_GPU_TYPE_ANNOTATION
+from accounting.annotations import USE_GPU_UUID_ANNOTATION as USE_GPU_UUID_ANNOTATION
+from accounting.annotations import VGPU_MODE_ANNOTATION as VGPU_MODE_ANNOTATION
+from accounting.device_filter import DeviceFilter
 from accounting.errors import InvalidInputError
 from accounting.model import (
     Container,
@@ -78,8 +84,10 @@ from accounting.reasons import (
     RESOURCE_QUOTA_NOT_FIT,
     SCHEDULED,
     card_shortfall,
+    format_reasons,
 )
-from accounting.vendors import NVIDIA_RESOURCES, VendorResources
+from accounting.vendor_spec import Charge, VendorSpec
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources, specs_for
 
 BINPACK = "binpack"
 SPREAD = "spread"
@@ -108,13 +116,6 @@ def device_score(
     )
 
 
-def format_reasons(counts: Mapping[str, int], devices_total: int) -> str:
-    """HAMi's aggregated reason: "<count>/<devices> <Reason>" per reason, sorted, ", "-joined."""
-    return ", ".join(
-        sorted(f"{count}/{devices_total} {reason}" for reason, count in counts.items())
-    )
-
-
 class _NodeColumns:
     """A node's device state as flat per-field tuples, built once per NodeState.
 
@@ -135,6 +136,7 @@ class _NodeColumns:
         "memory_used",
         "node_score",
         "rank",
+        "rules_needed",
         "slots_free",
         "slots_total",
         "slots_used",
@@ -210,6 +212,8 @@ class _NodeColumns:
         # device-selection annotations; filled on first use. A benign race under threads: both
         # writers store the same value.
         self.unfiltered: dict[str, _Allowed] = {}
+        # Per vendor: whether its devices here need accounting.vendor_fit (filled on first use).
+        self.rules_needed: dict[str, bool] = {}
 
 
 def _device_order(
@@ -373,59 +377,12 @@ class _Ask(NamedTuple):
     """core_percent is 0: refused on a card whose compute is fully given away."""
     demand: DeviceDemand
     """The sized request the fields above are unpacked from (for the fit's hot loop)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _DeviceFilter:
-    """The pod's device-selection annotations, parsed once per pod."""
-
-    use_types: tuple[str, ...]
-    nouse_types: tuple[str, ...]
-    use_uuids: frozenset[str]
-    nouse_uuids: frozenset[str]
-    vgpu_mode: str | None
-
-    @classmethod
-    def from_annotations(cls, annotations: Mapping[str, str]) -> _DeviceFilter | None:
-        use_types = _lowered_list(annotations.get(USE_GPU_TYPE_ANNOTATION))
-        nouse_types = _lowered_list(annotations.get(NOUSE_GPU_TYPE_ANNOTATION))
-        use_uuids = frozenset(_trimmed_list(annotations.get(USE_GPU_UUID_ANNOTATION)))
-        nouse_uuids = frozenset(_trimmed_list(annotations.get(NOUSE_GPU_UUID_ANNOTATION)))
-        vgpu_mode = annotations.get(VGPU_MODE_ANNOTATION)
-        if vgpu_mode is not None and not vgpu_mode.strip():
-            vgpu_mode = None
-        if not (use_types or nouse_types or use_uuids or nouse_uuids or vgpu_mode):
-            return None
-        return cls(use_types, nouse_types, use_uuids, nouse_uuids, vgpu_mode)
-
-    def type_refused(self, model: str, mode: str) -> bool:
-        lowered = model.lower()
-        if self.use_types and not any(t in lowered for t in self.use_types):
-            return True
-        if any(t in lowered for t in self.nouse_types):
-            return True
-        return self.vgpu_mode is not None and mode not in self.vgpu_mode
-
-    def uuid_refused(self, uuid: str) -> bool:
-        if self.use_uuids and uuid not in self.use_uuids:
-            return True
-        return uuid in self.nouse_uuids
-
-
-def _trimmed_list(value: str | None) -> list[str]:
-    # Empty entries ("a,,b" or a trailing comma) constrain nothing; HAMi would match an empty
-    # substring against every card, which no user means.
-    if value is None:
-        return []
-    return [entry.strip() for entry in value.split(",") if entry.strip()]
-
-
-def _lowered_list(value: str | None) -> tuple[str, ...]:
-    return tuple(entry.lower() for entry in _trimmed_list(value))
+    order: int = 0
+    """Its place in the pod's fitting order over every vendor (for the first failure)."""
 
 
 def _blocks(
-    devices: tuple[DeviceState, ...], vendor_name: str, device_filter: _DeviceFilter | None
+    devices: tuple[DeviceState, ...], vendor_name: str, device_filter: DeviceFilter | None
 ) -> tuple[str | None, ...]:
     """The static refusal of each device for one pod (None: may be tried)."""
     blocks: list[str | None] = []
@@ -452,7 +409,7 @@ never meets them."""
 
 
 def _allowed(
-    columns: _NodeColumns, vendor_name: str, device_filter: _DeviceFilter | None
+    columns: _NodeColumns, vendor_name: str, device_filter: DeviceFilter | None
 ) -> _Allowed:
     blocks = _blocks(columns.devices, vendor_name, device_filter)
     return (
@@ -485,10 +442,13 @@ def _memory_need(ask: _Ask, memory_total_mib: int) -> int:
     return ask.demand.on_card(memory_total_mib).memory_mib
 
 
-def _build_ask(position: int, container: Container, vendor: VendorResources) -> _Ask | None:
-    demand = device_demand(container, vendor)
+def _build_ask(position: int, container: Container, spec: VendorSpec) -> _Ask | None:
+    demand = device_demand(container, spec.resources)
     if demand is None:
         return None
+    if spec.charge is Charge.SLOTS_ONLY:
+        # Devices taken by slot only (Vastai, Biren): nothing else is compared.
+        demand = DeviceDemand(demand.count, 0, 0, 0)
     return _Ask(
         position=position,
         is_init=container.container_class is ContainerClass.INIT,
@@ -497,9 +457,28 @@ def _build_ask(position: int, container: Container, vendor: VendorResources) -> 
         memory_percent=demand.memory_percent,
         core_percent=demand.core_percent,
         exclusive=demand.core_percent == EXCLUSIVE_CORE_PERCENT,
-        share_only=demand.core_percent == 0,
+        share_only=demand.core_percent == 0 and spec.charge is not Charge.SLOTS_ONLY,
         demand=demand,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _VendorPlan:
+    """One vendor's part of a pod's plan: its asks, filter, quota room and rules."""
+
+    spec: VendorSpec
+    vendor: VendorResources
+    vendor_name: str
+    """vendor.vendor, read once per node."""
+    asks: tuple[_Ask, ...]
+    """The containers asking for the vendor's devices, in fitting order (declaration order,
+    apps last)."""
+    device_filter: DeviceFilter | None
+    quota_room: quota_rules.QuotaRoom | None
+    """What the namespace quota leaves the pod of this vendor (``quota.usage_room``); None when
+    no limit could refuse anything (no quota context, or no enforced limit set)."""
+    rule_asks: tuple[vendor_fit.RuleAsk, ...]
+    """The same asks as ``accounting.vendor_fit`` reads them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -507,22 +486,20 @@ class _PodPlan:
     """Everything about the pod that does not depend on the node, computed once per pod."""
 
     pod: Pod
-    vendor: VendorResources
-    vendor_name: str
-    """vendor.vendor, read once per node."""
-    asks: tuple[_Ask, ...]
-    """The containers with a request, in fitting order (declaration order, apps last)."""
+    vendor_plans: tuple[_VendorPlan, ...]
+    """One per vendor the pod asks for, in policy order."""
     gpu_binpack: bool
-    device_filter: _DeviceFilter | None
-    quota_room: quota_rules.QuotaRoom | None
-    """What the namespace quota leaves the pod (``quota.usage_room``); None when no limit
-    could refuse anything (no quota context, or no enforced limit set)."""
+
+    @property
+    def asks(self) -> tuple[_Ask, ...]:
+        """Every vendor's asks."""
+        return tuple(ask for plan in self.vendor_plans for ask in plan.asks)
 
     @classmethod
     def build(
         cls,
         pod: Pod,
-        vendor: VendorResources,
+        vendors: Sequence[VendorResources],
         gpu_policy: str,
         quota: QuotaContext | None,
     ) -> _PodPlan:
@@ -532,30 +509,39 @@ class _PodPlan:
         # Kubernetes starts app containers only after every init container and sidecar, so
         # they are fitted last even in a pod that lists them earlier: an init container is
         # pre-charged with the sidecars before it and nothing else.
-        asks = tuple(
-            sorted(
-                (
-                    ask
-                    for position, container in enumerate(pod.containers)
-                    if (ask := _build_ask(position, container, vendor)) is not None
-                ),
-                key=lambda ask: pod.containers[ask.position].container_class is ContainerClass.APP,
-            )
+        fitting_order = sorted(
+            range(len(pod.containers)),
+            key=lambda p: pod.containers[p].container_class is ContainerClass.APP,
         )
-        room = None
-        if quota is not None:
-            room = quota_rules.usage_room(
-                quota.items, vendor, enforce_gpu_count=quota.enforce_gpu_count
+        plans: list[_VendorPlan] = []
+        for spec in specs_for(vendors):
+            asks = tuple(
+                ask._replace(order=order)
+                for order, position in enumerate(fitting_order)
+                if (ask := _build_ask(position, pod.containers[position], spec)) is not None
             )
-        return cls(
-            pod=pod,
-            vendor=vendor,
-            vendor_name=vendor.vendor,
-            asks=asks,
-            gpu_binpack=gpu_policy == BINPACK,
-            device_filter=_DeviceFilter.from_annotations(pod.annotations),
-            quota_room=room,
-        )
+            if not asks:
+                continue
+            room = None
+            if quota is not None:
+                room = quota_rules.usage_room(
+                    quota.items, spec.resources, enforce_gpu_count=quota.enforce_gpu_count
+                )
+            plans.append(
+                _VendorPlan(
+                    spec=spec,
+                    vendor=spec.resources,
+                    vendor_name=spec.vendor,
+                    asks=asks,
+                    device_filter=DeviceFilter.from_annotations(pod.annotations, spec.selection),
+                    quota_room=room,
+                    rule_asks=tuple(
+                        vendor_fit.RuleAsk(ask.order, ask.position, ask.is_init, ask.demand)
+                        for ask in asks
+                    ),
+                )
+            )
+        return cls(pod=pod, vendor_plans=tuple(plans), gpu_binpack=gpu_policy == BINPACK)
 
 
 class _QuotaWalk:
@@ -638,7 +624,7 @@ class _QuotaWalk:
 
 
 def _always_within(
-    plan: _PodPlan, room: quota_rules.QuotaRoom, memory_total: Sequence[int]
+    plan: _VendorPlan, room: quota_rules.QuotaRoom, memory_total: Sequence[int]
 ) -> bool:
     """Whether every placement of the pod on a node with these cards stays within the quota:
     its folded usage is at most every grant added up, each on the node's largest card. Then
@@ -677,7 +663,85 @@ order chosen. Everything else (memory per pick, init peaks) follows from the pla
 and is derived only for the placements that are used."""
 
 
-def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement | str:
+class _Placed(NamedTuple):
+    """One vendor's part of a pod's placement on a node."""
+
+    plan: _VendorPlan
+    positions: _Placement | None
+    """The generic loop's picks (device positions per ask), or None."""
+    picks: list[tuple[vendor_fit.Pick, ...]] | None
+    """accounting.vendor_fit's picks (position and grant per device, per ask), or None."""
+
+
+_NodePlacement = list[_Placed]
+
+
+def _place(plan: _PodPlan, columns: _NodeColumns) -> _NodePlacement | str:
+    """Fits every container of the pod on one node, vendor by vendor (their devices are
+    apart). Returns the placement, or the reason the node is refused: that of the first
+    container, in fitting order, that fits nowhere (HAMi's; within a container, the first
+    vendor in policy order)."""
+    placed: _NodePlacement = []
+    failure: tuple[int, str] | None = None
+    for vendor_plan in plan.vendor_plans:
+        spec = vendor_plan.spec
+        needs = columns.rules_needed.get(spec.vendor)
+        if needs is None:
+            needs = columns.rules_needed[spec.vendor] = vendor_fit.needs_rules(
+                spec, columns.devices
+            )
+        outcome: tuple[int, str] | None = None
+        if needs:
+            ruled = _place_by_rules(plan, vendor_plan, columns)
+            if isinstance(ruled, vendor_fit.RuleFailure):
+                outcome = (ruled.order, ruled.reason)
+            else:
+                placed.append(_Placed(vendor_plan, None, ruled))
+        else:
+            generic = _place_vendor(plan, vendor_plan, columns)
+            if isinstance(generic, tuple):
+                outcome = generic
+            else:
+                placed.append(_Placed(vendor_plan, generic, None))
+        if outcome is not None and (failure is None or outcome[0] < failure[0]):
+            failure = outcome
+    if failure is not None:
+        return failure[1]
+    return placed
+
+
+def _place_by_rules(
+    plan: _PodPlan, vendor_plan: _VendorPlan, columns: _NodeColumns
+) -> list[tuple[vendor_fit.Pick, ...]] | vendor_fit.RuleFailure:
+    """accounting.vendor_fit's placement of one vendor, its quota checked on the complete
+    placement (``ResourceQuotaNotFit`` against all of the vendor's devices on the node)."""
+    context = vendor_fit.RuleContext(
+        vendor_plan.spec,
+        plan.pod.annotations,
+        vendor_plan.device_filter,
+        columns.rank,
+        plan.gpu_binpack,
+        device_score,
+    )
+    ruled = vendor_fit.place(context, vendor_plan.rule_asks, columns.devices)
+    room = vendor_plan.quota_room
+    if isinstance(ruled, vendor_fit.RuleFailure) or room is None:
+        return ruled
+    grants: list[tuple[DeviceGrant, ...]] = [()] * len(plan.pod.containers)
+    for ask, picks in zip(vendor_plan.asks, ruled, strict=True):
+        grants[ask.position] = tuple(grant for _, grant in picks)
+    usage = _merged_usage(plan.pod, tuple(grants))
+    if room.allows(*quota_rules.vendor_totals(usage, vendor_plan.vendor)):
+        return ruled
+    devices = sum(1 for s in columns.devices if s.device.vendor == vendor_plan.vendor_name)
+    return vendor_fit.RuleFailure(
+        vendor_plan.asks[0].order, format_reasons({RESOURCE_QUOTA_NOT_FIT: devices}, devices)
+    )
+
+
+def _place_vendor(
+    plan: _PodPlan, vendor_plan: _VendorPlan, columns: _NodeColumns
+) -> _Placement | tuple[int, str]:
     """Fits every container of the pod on one node: the hot path of the scheduler. Returns the
     placement, or the reason the node is refused.
 
@@ -691,15 +755,16 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement | str:
     bench/naive_fit.py, the literal deep-copy reading, written apart on purpose, and the
     merged usage to the fold. An init container is checked against the steady copy and
     charges nothing, so its point never needs recording here: _merged_usage folds the grants
-    when the usage is asked for.
+    when the usage is asked for. Returns the placement, or (the failing ask's order, the
+    reason).
     """
-    vendor_name = plan.vendor_name
-    if plan.device_filter is None:
+    vendor_name = vendor_plan.vendor_name
+    if vendor_plan.device_filter is None:
         allowed = columns.unfiltered.get(vendor_name)
         if allowed is None:
             allowed = columns.unfiltered[vendor_name] = _allowed(columns, vendor_name, None)
     else:
-        allowed = _allowed(columns, vendor_name, plan.device_filter)
+        allowed = _allowed(columns, vendor_name, vendor_plan.device_filter)
     binpack = plan.gpu_binpack
     order: Sequence[int] = allowed[1] if binpack else allowed[2]
     vendor_devices = allowed[3]
@@ -711,8 +776,9 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement | str:
     memory_free = list(columns.memory_free)
     cores_free = list(columns.cores_free)
     quota = None
-    if plan.quota_room is not None and not _always_within(plan, plan.quota_room, memory_total):
-        quota = _QuotaWalk(plan.quota_room, len(slots_free))
+    room = vendor_plan.quota_room
+    if room is not None and not _always_within(vendor_plan, room, memory_total):
+        quota = _QuotaWalk(room, len(slots_free))
     # Devices the last steady container charged: their score changed, so their place in the
     # order is fixed up (lazily, only if another container follows).
     moved: list[int] | None = None
@@ -720,10 +786,10 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement | str:
     scores: list[float] = []
     placement: _Placement = []
 
-    for ask in plan.asks:
-        _, is_init, count, memory_fixed, memory_percent, cores, exclusive, share_only, _ = ask
+    for ask in vendor_plan.asks:
+        _, is_init, count, memory_fixed, memory_percent, cores, exclusive, share_only, _, _ = ask
         if count > vendor_devices:
-            return NODE_INSUFFICIENT_DEVICE
+            return ask.order, NODE_INSUFFICIENT_DEVICE
         if moved is not None:
             if reordered is None:
                 order = reordered = list(order)
@@ -772,8 +838,15 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _Placement | str:
             if not remaining:
                 break
         else:
-            return _walk_reasons(
-                ask, allowed[0], order, columns, (slots_free, memory_free, cores_free), quota
+            return ask.order, _walk_reasons(
+                ask,
+                allowed[0],
+                order,
+                columns,
+                (slots_free, memory_free, cores_free),
+                quota,
+                vendor_name,
+                vendor_devices,
             )
         if quota is not None:
             for p in picks:
@@ -797,10 +870,13 @@ def _walk_reasons(
     columns: _NodeColumns,
     free: tuple[Sequence[int], Sequence[int], Sequence[int]],
     quota: _QuotaWalk | None,
+    vendor_name: str,
+    vendor_devices: int,
 ) -> str:
-    """Why one container fits nowhere on the node, as HAMi words it: every device counted
-    under the first reason that stopped it, and the cards that passed (picked before the walk
-    ran out) as AllocatedCardsInsufficientRequest.
+    """Why one container fits nowhere on the node, as HAMi words it: every device of the
+    vendor counted under the first reason that stopped it, and the cards that passed (picked
+    before the walk ran out) as AllocatedCardsInsufficientRequest. Other vendors' devices are
+    not the vendor's to count (HAMi hands a vendor only its own).
 
     Only called on failure, when HAMi's walk has visited every device. A device refused for
     its health, type or UUID is refused whatever came before it; the others are walked again
@@ -808,8 +884,9 @@ def _walk_reasons(
     cards picked before it.
     """
     counts: dict[str, int] = {}
-    for block in blocks:
-        if block is not None:
+    devices = columns.devices
+    for p, block in enumerate(blocks):
+        if block is not None and devices[p].device.vendor == vendor_name:
             counts[block] = counts.get(block, 0) + 1
     slots_free, memory_free, cores_free = free
     capacities = [state.device.capacity for state in columns.devices]
@@ -835,22 +912,30 @@ def _walk_reasons(
             taken = [t + a for t, a in zip(taken, added, strict=True)]
     if picked:
         counts[ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = picked
-    return format_reasons(counts, len(blocks))
+    return format_reasons(counts, vendor_devices)
 
 
 def _grants(
-    plan: _PodPlan, columns: _NodeColumns, placement: _Placement
+    plan: _PodPlan, columns: _NodeColumns, placement: _NodePlacement
 ) -> tuple[tuple[DeviceGrant, ...], ...]:
-    """Raw grants per container position; a GPU-less container keeps its empty position."""
+    """Raw grants per container position, vendors in policy order; a GPU-less container keeps
+    its empty position."""
     per_position: list[tuple[DeviceGrant, ...]] = [()] * len(plan.pod.containers)
-    vendor = plan.vendor_name
     uuids = columns.uuids
     memory_total = columns.memory_total
-    for ask, picks in zip(plan.asks, placement, strict=True):
-        per_position[ask.position] = tuple(
-            DeviceGrant(uuids[p], vendor, _memory_need(ask, memory_total[p]), ask.core_percent)
-            for p in picks
-        )
+    for placed in placement:
+        vendor_plan = placed.plan
+        if placed.picks is not None:
+            for ask, ruled in zip(vendor_plan.asks, placed.picks, strict=True):
+                per_position[ask.position] += tuple(grant for _, grant in ruled)
+            continue
+        assert placed.positions is not None
+        vendor = vendor_plan.vendor_name
+        for ask, picks in zip(vendor_plan.asks, placed.positions, strict=True):
+            per_position[ask.position] += tuple(
+                DeviceGrant(uuids[p], vendor, _memory_need(ask, memory_total[p]), ask.core_percent)
+                for p in picks
+            )
     return tuple(per_position)
 
 
@@ -884,11 +969,18 @@ def _fit_node(plan: _PodPlan, node: NodeState) -> NodeFit:
     )
 
 
+def _vendor_list(
+    vendor: VendorResources, vendors: Sequence[VendorResources]
+) -> Sequence[VendorResources]:
+    return vendors or (vendor,)
+
+
 def fit_node(
     pod: Pod,
     node: NodeState,
     *,
     vendor: VendorResources = NVIDIA_RESOURCES,
+    vendors: Sequence[VendorResources] = (),
     gpu_policy: str = SPREAD,
     quota: QuotaContext | None = None,
 ) -> NodeFit:
@@ -897,15 +989,20 @@ def fit_node(
     Args:
         pod: containers in declaration order with their class and requests.
         node: the node's devices with their current usage.
-        vendor: whose requests to fit (NVIDIA's resource names by default).
+        vendor: whose requests to fit when ``vendors`` is empty (NVIDIA's by default).
+        vendors: the policy's vendors: every one the pod asks for is placed, on its own
+            devices, with the rules of its vendor table entry.
         gpu_policy: binpack (busiest card first) or spread (least busy first); the pod's
             hami.io/gpu-scheduler-policy annotation wins when it names one of them.
         quota: the pod's namespace quota, checked per candidate card when given.
 
     Raises:
-        InvalidInputError: gpu_policy is neither binpack nor spread.
+        InvalidInputError: gpu_policy is neither binpack nor spread, or a vendor is not in the
+            vendor table.
     """
-    return _fit_node(_PodPlan.build(pod, vendor, gpu_policy, quota), node)
+    return _fit_node(
+        _PodPlan.build(pod, _vendor_list(vendor, vendors), gpu_policy, quota), node
+    )
 
 
 def fit_nodes(
@@ -913,6 +1010,7 @@ def fit_nodes(
     nodes: Iterable[NodeState],
     *,
     vendor: VendorResources = NVIDIA_RESOURCES,
+    vendors: Sequence[VendorResources] = (),
     gpu_policy: str = SPREAD,
     quota: QuotaContext | None = None,
 ) -> Iterator[NodeFit]:
@@ -924,7 +1022,7 @@ def fit_nodes(
     Raises:
         InvalidInputError: gpu_policy is neither binpack nor spread (before the first node).
     """
-    plan = _PodPlan.build(pod, vendor, gpu_policy, quota)
+    plan = _PodPlan.build(pod, _vendor_list(vendor, vendors), gpu_policy, quota)
     return (_fit_node(plan, node) for node in nodes)
 
 
@@ -952,6 +1050,7 @@ def fit_pod(
     nodes: Sequence[NodeState],
     *,
     vendor: VendorResources = NVIDIA_RESOURCES,
+    vendors: Sequence[VendorResources] = (),
     node_policy: str = BINPACK,
     gpu_policy: str = SPREAD,
     quota: QuotaContext | None = None,
@@ -967,10 +1066,10 @@ def fit_pod(
         InvalidInputError: a policy argument is neither binpack nor spread.
     """
     node_policy = node_policy_for(pod, node_policy)
-    plan = _PodPlan.build(pod, vendor, gpu_policy, quota)
+    plan = _PodPlan.build(pod, _vendor_list(vendor, vendors), gpu_policy, quota)
     no_grants: tuple[tuple[DeviceGrant, ...], ...] = ((),) * len(pod.containers)
-    if not plan.asks:
-        return no_device_asked(pod, f"{vendor.vendor} device")
+    if not plan.vendor_plans:
+        return no_device_asked(pod, _devices_of(_vendor_list(vendor, vendors)))
     failed: dict[str, str] = {}
     scores: dict[str, float] = {}
     # Minimising (sign × score, name): binpack maximises the score, spread minimises it.
@@ -978,7 +1077,7 @@ def fit_pod(
     best_key = 0.0
     best_name = ""
     best_node: NodeState | None = None
-    best_placement: _Placement | None = None
+    best_placement: _NodePlacement | None = None
     for node in nodes:
         columns = node._columns
         placement = _place(plan, columns)
@@ -1026,10 +1125,22 @@ def no_device_asked(pod: Pod, what: str = "device") -> FitResult:
     )
 
 
-def pod_requests_devices(pod: Pod, vendor: VendorResources = NVIDIA_RESOURCES) -> bool:
-    """True when any container asks for at least one of the vendor's devices."""
+def pod_requests_devices(
+    pod: Pod,
+    vendor: VendorResources = NVIDIA_RESOURCES,
+    vendors: Sequence[VendorResources] = (),
+) -> bool:
+    """True when any container asks for at least one device of the vendor (of any of
+    ``vendors`` when given)."""
+    names = {v.vendor for v in _vendor_list(vendor, vendors)}
     return any(
-        request.vendor == vendor.vendor and request.count > 0
+        request.vendor in names and request.count > 0
         for container in pod.containers
         for request in container.requests
     )
+
+
+def _devices_of(vendors: Sequence[VendorResources]) -> str:
+    if len(vendors) == 1:
+        return f"{vendors[0].vendor} device"
+    return "device of " + ", ".join(v.vendor for v in vendors)

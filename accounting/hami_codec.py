@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from accounting import mig
 from accounting.annotations import (
     DEVICES_ALLOCATED_ANNOTATION,
     NODE_REGISTER_ANNOTATION,
@@ -109,7 +110,7 @@ def decode_pod_devices(value: str, *, path: str = _ALLOCATED_PATH) -> PodDevices
 
 
 def decode_container_grants(
-    value: str, container_count: int, *, path: str = _ALLOCATED_PATH
+    value: str, container_count: int, *, path: str = _ALLOCATED_PATH, core_max: int = 100
 ) -> PodDevices:
     """Reads a vgpu-devices-allocated value aligned to exactly ``container_count`` positions.
 
@@ -121,7 +122,7 @@ def decode_container_grants(
             have ("grant for container position 3 but the pod has 3 containers").
     """
     found = Violations()
-    entries = _decode_entries(value, path, found)
+    entries = _decode_entries(value, path, found, core_max)
     for position in range(container_count, len(entries)):
         if entries[position]:
             found.add(
@@ -134,21 +135,25 @@ def decode_container_grants(
     return aligned + ((),) * (container_count - len(aligned))
 
 
-def _decode_entries(value: str, path: str, found: Violations) -> PodDevices:
+def _decode_entries(
+    value: str, path: str, found: Violations, core_max: int = 100
+) -> PodDevices:
     entries: list[tuple[DeviceGrant, ...]] = []
     for position, piece in enumerate(value.split(";")):
         grants: list[DeviceGrant] = []
         for index, item in enumerate(piece.split(":")):
             if not item:
                 continue
-            grant = _decode_grant(item, f"{path}[{position}][{index}]", found)
+            grant = _decode_grant(item, f"{path}[{position}][{index}]", found, core_max)
             if grant is not None:
                 grants.append(grant)
         entries.append(tuple(grants))
     return tuple(entries)
 
 
-def _decode_grant(item: str, path: str, found: Violations) -> DeviceGrant | None:
+def _decode_grant(
+    item: str, path: str, found: Violations, core_max: int = 100
+) -> DeviceGrant | None:
     fields = item.split(",")
     if len(fields) not in (4, 5):
         found.add(path, f"expected {_GRANT_SHAPE}, got {quote(item)}")
@@ -158,7 +163,8 @@ def _decode_grant(item: str, path: str, found: Violations) -> DeviceGrant | None
     if not uuid:
         found.add(f"{path}.uuid", "must not be empty")
     memory_mib = _wire_int(fields[2], f"{path}.memory_mib", found)
-    core_percent = _wire_int(fields[3], f"{path}.core_percent", found, high=100)
+    # Percent for most vendors; compute units (AMD) and core masks (AWS Neuron) go higher.
+    core_percent = _wire_int(fields[3], f"{path}.core_percent", found, high=core_max or INT32_MAX)
     slots = (
         _wire_int(fields[4], f"{path}.slots", found, high=MAX_GRANT_SLOTS)
         if len(fields) == 5
@@ -180,12 +186,17 @@ def _wire_int(text: str, path: str, found: Violations, high: int = INT32_MAX) ->
     return number
 
 
-def decode_node_register(value: str, *, path: str = _REGISTER_PATH) -> tuple[Device, ...]:
-    """Reads hami.io/node-nvidia-register: the JSON array of DeviceInfo HAMi writes at v2.10.
+def decode_node_register(
+    value: str, *, path: str = _REGISTER_PATH, vendor: str = NVIDIA
+) -> tuple[Device, ...]:
+    """Reads a register annotation in HAMi's JSON form (hami.io/node-nvidia-register and the
+    other vendors' ``hami.io/node-register-*``): the array of DeviceInfo HAMi writes at v2.10.
 
-    Go omits zero values, so a missing ``index``, ``numa``, ``count``, ``devmem`` or
-    ``devcore`` is 0, a missing ``health`` is false and a missing ``mode`` is hami-core.
-    Unknown keys (``migProfiles``) are ignored; JSON ``null`` is no devices, like Go's decoder.
+    Keys match in any case, as with Go's decoder (HAMi's Ascend tests write ``"ID"``). Go omits
+    zero values, so a missing ``index``, ``numa``, ``count``, ``devmem`` or ``devcore`` is 0, a
+    missing ``health`` is false and a missing ``mode`` is hami-core. ``migProfiles`` and
+    ``custominfo`` are kept; other keys are ignored; JSON ``null`` is no devices, like Go's
+    decoder. Every device gets ``vendor``, the vendor whose annotation it is.
 
     Raises:
         InvalidInputError: invalid JSON (the legacy comma format included: HAMi's NVIDIA
@@ -214,7 +225,7 @@ def decode_node_register(value: str, *, path: str = _REGISTER_PATH) -> tuple[Dev
     devices: list[Device] = []
     first_index: dict[str, int] = {}
     for index, element in enumerate(document):
-        device = _decode_device(element, f"{path}[{index}]", found)
+        device = _decode_device(element, f"{path}[{index}]", found, vendor)
         if device is None:
             continue
         first = first_index.setdefault(device.uuid, index)
@@ -239,10 +250,11 @@ def _json_error_message(value: str, error: ValueError) -> str:
     return f"must be a JSON array of devices, not valid JSON ({error})"
 
 
-def _decode_device(element: object, path: str, found: Violations) -> Device | None:
+def _decode_device(element: object, path: str, found: Violations, vendor: str) -> Device | None:
     if not isinstance(element, dict):
         found.add(path, f"must be an object, got {json_kind(element)}")
         return None
+    element = mig.go_fields(element)
     before = len(found)
     uuid = _json_str(element, "id", path, found)
     if isinstance(element.get("id", ""), str):
@@ -257,9 +269,106 @@ def _decode_device(element: object, path: str, found: Violations) -> Device | No
         numa=_json_int(element, "numa", path, found, low=INT32_MIN),
         mode=_json_str(element, "mode", path, found) or DEFAULT_DEVICE_MODE,
         healthy=_json_bool(element, "health", path, found),
-        vendor=NVIDIA,
+        vendor=vendor,
+        mig_profiles=mig.decode_profiles(element.get("migprofiles"), f"{path}.migProfiles", found),
+        custom_info=decode_custom_info(element.get("custominfo"), f"{path}.custominfo", found),
     )
     return device if len(found) == before else None
+
+
+def decode_custom_info(value: object, path: str, found: Violations) -> tuple[tuple[str, str], ...]:
+    """HAMi's ``custominfo`` object as sorted (key, text) pairs: strings as they are, numbers
+    and booleans as JSON writes them (``{"NetworkID": 1}`` gives ``("NetworkID", "1")``)."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        found.add(path, f"must be an object, got {json_kind(value)}")
+        return ()
+    pairs: list[tuple[str, str]] = []
+    for key, item in value.items():
+        if isinstance(item, str):
+            pairs.append((key, item))
+        elif isinstance(item, bool | int | float) or item is None:
+            pairs.append((key, json.dumps(item)))
+        # Nested objects and arrays mean nothing to the accounting: left out.
+    return tuple(sorted(pairs))
+
+
+_LEGACY_SHAPE = "id,count,devmem,devcore,type,numa,health[,index,mode]"
+
+
+def decode_legacy_register(value: str, *, path: str, vendor: str) -> tuple[Device, ...]:
+    """Reads a register annotation in HAMi's older ``:``-separated form, as HAMi's Hygon and
+    Iluvatar backends still write it: ``id,count,devmem,devcore,type,numa,health[,index,
+    mode]:`` per device (exactly 7 or 9 fields; empty pieces skipped; mode hami-core unless
+    given).
+
+    Raises:
+        InvalidInputError: no ``:`` at all, a piece with another number of fields, a number
+            or health that does not read, or a duplicate id, naming the piece.
+    """
+    if ":" not in value:
+        raise InvalidInputError.single(
+            path, f"must be {_LEGACY_SHAPE}: per device, got {quote(value)}"
+        )
+    found = Violations()
+    devices: list[Device] = []
+    first_index: dict[str, int] = {}
+    pieces = [piece for piece in value.split(":") if piece]
+    if len(pieces) > MAX_DEVICES_PER_NODE:
+        raise InvalidInputError.single(
+            path, f"at most {MAX_DEVICES_PER_NODE} devices, got {len(pieces)}"
+        )
+    for index, piece in enumerate(pieces):
+        piece_path = f"{path}[{index}]"
+        fields = piece.split(",")
+        if len(fields) not in (7, 9):
+            found.add(piece_path, f"expected {_LEGACY_SHAPE}, got {quote(piece)}")
+            continue
+        before = len(found)
+        uuid = fields[0]
+        check_wire_text(found, piece_path, "id", uuid, required=True)
+        numbers = [
+            _wire_int(text, f"{piece_path}.{name}", found)
+            for text, name in zip(fields[1:4], ("count", "devmem", "devcore"), strict=True)
+        ]
+        numa = _legacy_int(fields[5], f"{piece_path}.numa", found)
+        health = fields[6].strip().lower()
+        if health not in ("true", "false"):
+            found.add(f"{piece_path}.health", f"must be true or false, got {quote(fields[6])}")
+        device_index = _wire_int(fields[7], f"{piece_path}.index", found) if len(fields) == 9 else 0
+        mode = (fields[8] if len(fields) == 9 else "") or DEFAULT_DEVICE_MODE
+        if len(found) != before:
+            continue
+        first = first_index.setdefault(uuid, index)
+        if first != index:
+            found.add(
+                f"{piece_path}.id", f"duplicate device id {quote(uuid)}, also {path}[{first}]"
+            )
+            continue
+        devices.append(
+            Device(
+                uuid=uuid,
+                model=fields[4],
+                index=device_index,
+                slots_total=numbers[0],
+                memory_total_mib=numbers[1],
+                core_percent_total=numbers[2],
+                numa=numa,
+                mode=mode,
+                healthy=health == "true",
+                vendor=vendor,
+            )
+        )
+    found.raise_if_any()
+    return tuple(devices)
+
+
+def _legacy_int(text: str, path: str, found: Violations) -> int:
+    if _GO_DECIMAL.fullmatch(text) is None or not INT32_MIN <= int(text) <= INT32_MAX:
+        found.add(path, f"must be an integer, got {quote(text)}")
+        return 0
+    return int(text)
 
 
 def _json_int(
@@ -300,7 +409,8 @@ def encode_node_register(devices: Sequence[Device]) -> str:
     """Writes devices as the device plugin does: compact JSON, zero values omitted.
 
     Keys follow Go's DeviceInfo order (id, index, count, devmem, devcore, type, numa, mode,
-    health) and ``omitempty``, so a healthy device at index 0 has no ``index`` key.
+    migProfiles, health) and ``omitempty``, so a healthy device at index 0 has no ``index``
+    key.
     """
     documents: list[dict[str, object]] = []
     for device in devices:
@@ -313,6 +423,7 @@ def encode_node_register(devices: Sequence[Device]) -> str:
             ("type", device.model),
             ("numa", device.numa),
             ("mode", device.mode),
+            ("migProfiles", mig.encode_profiles(device.mig_profiles)),
             ("health", device.healthy),
         ):
             if value:

@@ -1,45 +1,71 @@
 """Reads a Kubernetes Node (as decoded JSON) into the devices HAMi registered on it.
 
-Layer: accounting (pure). The devices come from the ``hami.io/node-nvidia-register`` annotation
-the device plugin writes; a node without it simply has no HAMi devices.
+Layer: accounting (pure). Each vendor of the policy says where its devices are written
+(``VendorSpec.devices``): a register annotation in HAMi's JSON form (NVIDIA's
+``hami.io/node-nvidia-register`` and most others), the older ``:``-separated form (Hygon,
+Iluvatar), Metax sGPU's and Enflame DRS's own JSON, or nothing at all, the devices then being
+made up from ``status.capacity`` the way HAMi does (Cambricon, Metax GPU, Moore Threads, Enflame
+GCU, Kunlun, AWS Neuron). A node with none of them simply has no HAMi devices.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from accounting import hami_codec
-from accounting.annotations import NODE_REGISTER_ANNOTATION
+from accounting import hami_codec, quantity
 from accounting.errors import InvalidInputError, Violations
 from accounting.model import Device
-from accounting.validate import json_object, quote
+from accounting.validate import INT32_MAX, MAX_DEVICES_PER_NODE, json_kind, json_object, quote
+from accounting.vendor_spec import CapacityDevices, DeviceSource, VendorSpec
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources, specs_for
+
+ASCEND_SOFT_SPLIT_ANNOTATION = "hami-vnpu-core"
+"""Node annotation: ``"true"`` when the node's Ascend NPUs support hami-core (soft split)."""
+ASCEND_SOFT_SPLIT_INFO = "hamiVnpuCore"
+"""The ``custom_info`` key an Ascend device carries it under."""
+ENFLAME_PROFILES_INFO = "profiles"
+"""The ``custom_info`` key of an Enflame DRS device's profiles (JSON: name -> profile id)."""
+_DRS_PROFILE = re.compile(r"([0-9]+)g\.([0-9]+)gb")
 
 
 @dataclass(frozen=True, slots=True)
 class NodeRegistration:
-    """A node's name and the devices registered on it, in registration order."""
+    """A node's name and the devices registered on it: each vendor's in registration order,
+    vendors in policy order."""
 
     node_name: str
     devices: tuple[Device, ...] = ()
 
 
-def parse_node_json(raw: bytes | str, *, path: str = "kubernetes_node_json") -> NodeRegistration:
+def parse_node_json(
+    raw: bytes | str,
+    vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
+    *,
+    path: str = "kubernetes_node_json",
+) -> NodeRegistration:
     """Parses ``json.Marshal(node)`` output.
 
     Raises:
         InvalidInputError: not a JSON object, or any problem ``parse_node`` finds.
     """
-    return parse_node(json_object(raw, path), path=path)
+    return parse_node(json_object(raw, path), vendors, path=path)
 
 
-def parse_node(obj: Mapping[str, Any], *, path: str = "") -> NodeRegistration:
-    """Builds a ``NodeRegistration`` from a Kubernetes Node object.
+def parse_node(
+    obj: Mapping[str, Any],
+    vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
+    *,
+    path: str = "",
+) -> NodeRegistration:
+    """Builds a ``NodeRegistration`` from a Kubernetes Node object, for the policy's vendors.
 
     Raises:
-        InvalidInputError: a missing ``metadata.name`` and every problem of the register
-            annotation, together.
+        InvalidInputError: a missing ``metadata.name`` and every problem of every vendor's
+            devices, together, each naming its annotation or capacity.
     """
     prefix = f"{path}." if path else ""
     found = Violations()
@@ -51,18 +77,348 @@ def parse_node(obj: Mapping[str, Any], *, path: str = "") -> NodeRegistration:
         found.add(f"{prefix}metadata.name", "must be a non-empty string")
         name = ""
     annotations = metadata.get("annotations")
-    devices: tuple[Device, ...] = ()
-    annotation_path = f"{prefix}metadata.annotations[{quote(NODE_REGISTER_ANNOTATION)}]"
     if annotations is not None and not isinstance(annotations, dict):
         found.add(f"{prefix}metadata.annotations", "must be an object")
-    elif annotations:
-        value = annotations.get(NODE_REGISTER_ANNOTATION)
-        if isinstance(value, str):
-            try:
-                devices = hami_codec.decode_node_register(value, path=annotation_path)
-            except InvalidInputError as error:
-                found.extend(error)
-        elif value is not None:
-            found.add(annotation_path, "must be a string")
+        annotations = {}
+    capacity = _capacity(obj, prefix, found)
+    devices: list[Device] = []
+    for spec in specs_for(vendors):
+        try:
+            devices.extend(
+                _vendor_devices(spec, name, annotations or {}, capacity, obj, prefix)
+            )
+        except InvalidInputError as error:
+            found.extend(error)
+    if len(devices) > MAX_DEVICES_PER_NODE:
+        found.add(f"{prefix}metadata.annotations",
+                  f"at most {MAX_DEVICES_PER_NODE} devices per node, got {len(devices)}")
+    seen: dict[str, str] = {}
+    for device in devices:
+        other = seen.setdefault(device.uuid, device.vendor)
+        if other != device.vendor:
+            found.add(f"{prefix}metadata.annotations",
+                      f"device id {quote(device.uuid)} is registered by both {other} and "
+                      f"{device.vendor}")
     found.raise_if_any()
-    return NodeRegistration(node_name=name, devices=devices)
+    return NodeRegistration(node_name=name, devices=tuple(devices))
+
+
+def registration_key(
+    obj: Mapping[str, Any], vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,)
+) -> str:
+    """Everything of a Node the devices are read from, as one string: a node update whose key
+    did not change cannot have changed its inventory (nodes are updated every few seconds)."""
+    metadata = obj.get("metadata")
+    annotations = _object(metadata, "annotations")
+    labels = _object(metadata, "labels")
+    extras = [annotations.get(ASCEND_SOFT_SPLIT_ANNOTATION), labels.get(AWS_INSTANCE_TYPE_LABEL)]
+    return json.dumps([*_sources(obj, vendors), *extras], separators=(",", ":"), default=str)
+
+
+def has_devices(
+    obj: Mapping[str, Any], vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,)
+) -> bool:
+    """Whether the Node carries anything one of the vendors' devices are read from."""
+    return any(part is not None for part in _sources(obj, vendors))
+
+
+def _object(parent: object, key: str) -> Mapping[str, Any]:
+    value = parent.get(key) if isinstance(parent, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _sources(obj: Mapping[str, Any], vendors: Sequence[VendorResources]) -> list[object]:
+    """Per vendor, the register annotation's value, or the capacities devices are made up
+    from (None where absent)."""
+    annotations = _object(obj.get("metadata"), "annotations")
+    capacity = _object(obj.get("status"), "capacity")
+    parts: list[object] = []
+    for spec in specs_for(vendors):
+        if spec.capacity is None:
+            parts.append(annotations.get(spec.register_annotation))
+            continue
+        parts.append(capacity.get(spec.capacity.count_resource))
+        for resource in (spec.capacity.memory_resource, spec.capacity.cores_per_device_resource):
+            if resource and spec.capacity.count_resource in capacity:
+                parts.append(capacity.get(resource))
+    return parts
+
+
+AWS_INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+"""The node label AWS Neuron's fit reads (``inf*`` instances place devices freely)."""
+AWS_INSTANCE_TYPE_INFO = "AWSNodeType"
+
+
+def _capacity(obj: Mapping[str, Any], prefix: str, found: Violations) -> Mapping[str, Any]:
+    status = obj.get("status")
+    if status is None:
+        return {}
+    if not isinstance(status, dict):
+        found.add(f"{prefix}status", f"must be an object, got {json_kind(status)}")
+        return {}
+    capacity = status.get("capacity")
+    if capacity is None:
+        return {}
+    if not isinstance(capacity, dict):
+        found.add(f"{prefix}status.capacity", f"must be an object, got {json_kind(capacity)}")
+        return {}
+    return capacity
+
+
+def _vendor_devices(
+    spec: VendorSpec,
+    node_name: str,
+    annotations: Mapping[str, Any],
+    capacity: Mapping[str, Any],
+    obj: Mapping[str, Any],
+    prefix: str,
+) -> tuple[Device, ...]:
+    source = spec.devices
+    if source is DeviceSource.CAPACITY:
+        assert spec.capacity is not None
+        return _capacity_devices(spec, spec.capacity, node_name, capacity, obj, prefix)
+    value = annotations.get(spec.register_annotation)
+    if value is None:
+        return ()
+    path = f"{prefix}metadata.annotations[{quote(spec.register_annotation)}]"
+    if not isinstance(value, str):
+        raise InvalidInputError.single(path, "must be a string")
+    if source is DeviceSource.REGISTER_LEGACY:
+        return hami_codec.decode_legacy_register(value, path=path, vendor=spec.vendor)
+    if source is DeviceSource.METAX_SGPU:
+        return _metax_devices(spec, value, path)
+    if source is DeviceSource.ENFLAME_DRS:
+        return _enflame_devices(spec, value, node_name, path)
+    devices = hami_codec.decode_node_register(value, path=path, vendor=spec.vendor)
+    if spec.rule == "ascend":
+        soft_split = annotations.get(ASCEND_SOFT_SPLIT_ANNOTATION) == "true"
+        devices = tuple(
+            _with_info(device, ASCEND_SOFT_SPLIT_INFO, "true" if soft_split else "false")
+            for device in devices
+        )
+    return devices
+
+
+def _with_info(device: Device, key: str, value: str) -> Device:
+    pairs = dict(device.custom_info)
+    pairs[key] = value
+    return replace(device, custom_info=tuple(sorted(pairs.items())))
+
+
+def _capacity_count(
+    capacity: Mapping[str, Any], resource: str, prefix: str
+) -> int:
+    if resource not in capacity:
+        return 0
+    path = f"{prefix}status.capacity[{quote(resource)}]"
+    try:
+        value = quantity.parse_quantity(capacity[resource])
+    except quantity.QuantityError as error:
+        raise InvalidInputError.single(path, str(error)) from None
+    if not quantity.is_whole(value) or not 0 <= value <= INT32_MAX:
+        raise InvalidInputError.single(
+            path, f"must be a whole number between 0 and {INT32_MAX}, got "
+                  f"{quantity.describe(value)}"
+        )
+    return int(value)
+
+
+def _capacity_devices(
+    spec: VendorSpec,
+    rule: CapacityDevices,
+    node_name: str,
+    capacity: Mapping[str, Any],
+    obj: Mapping[str, Any],
+    prefix: str,
+) -> tuple[Device, ...]:
+    """HAMi's ``GetNodeDevices`` for vendors without a register annotation: one device per
+    ``units_per_device`` of the counting capacity, ids ``<node>-<word>-<i>``."""
+    units = _capacity_count(capacity, rule.count_resource, prefix)
+    if not units:
+        return ()
+    count = -(-units // rule.units_per_device)
+    if count > MAX_DEVICES_PER_NODE:
+        raise InvalidInputError.single(
+            f"{prefix}status.capacity[{quote(rule.count_resource)}]",
+            f"{units} makes {count} devices, at most {MAX_DEVICES_PER_NODE} per node",
+        )
+    memory_mib = rule.memory_mib
+    if rule.memory_resource:
+        total = _capacity_count(capacity, rule.memory_resource, prefix)
+        # HAMi: memory capacity × unit × units per device / counting capacity, per device.
+        memory_mib = min(
+            total * spec.resources.memory_factor * rule.units_per_device // units, INT32_MAX
+        )
+    slots, core_total = rule.slots, rule.core_total
+    info: tuple[tuple[str, str], ...] = ()
+    if rule.cores_per_device_resource:
+        cores = _capacity_count(capacity, rule.cores_per_device_resource, prefix) // units
+        slots, core_total = cores, (1 << min(cores, 30)) - 1
+        metadata = obj.get("metadata")
+        labels = metadata.get("labels") if isinstance(metadata, dict) else None
+        instance = labels.get(AWS_INSTANCE_TYPE_LABEL) if isinstance(labels, dict) else None
+        info = ((AWS_INSTANCE_TYPE_INFO, instance if isinstance(instance, str) else ""),)
+    return tuple(
+        Device(
+            uuid=f"{node_name}-{rule.id_word}-{index}",
+            model=spec.vendor,
+            index=index,
+            slots_total=slots,
+            memory_total_mib=memory_mib,
+            core_percent_total=core_total,
+            numa=1 if rule.second_half_numa and index >= count // 2 else 0,
+            vendor=spec.vendor,
+            custom_info=info,
+        )
+        for index in range(count)
+    )
+
+
+def _metax_devices(spec: VendorSpec, value: str, path: str) -> tuple[Device, ...]:
+    """Metax's ``metax-tech.com/node-gpu-devices``: ``[{"uuid", "totalDevCount",
+    "totalCompute", "totalVRam", "numa", "healthy", "qosPolicy", "model", "linkZone"}]``."""
+    document = _json_array(value, path)
+    found = Violations()
+    devices: list[Device] = []
+    for index, element in enumerate(document):
+        entry = f"{path}[{index}]"
+        if not isinstance(element, dict):
+            found.add(entry, f"must be an object, got {json_kind(element)}")
+            continue
+        fields = {key.lower(): item for key, item in element.items()}
+        before = len(found)
+        uuid = fields.get("uuid")
+        if not isinstance(uuid, str) or not uuid:
+            found.add(f"{entry}.uuid", "must be a non-empty string")
+        numbers = [
+            _field_int(fields, key, f"{entry}.{wire}", found)
+            for key, wire in (
+                ("totaldevcount", "totalDevCount"),
+                ("totalvram", "totalVRam"),
+                ("totalcompute", "totalCompute"),
+                ("numa", "numa"),
+                ("linkzone", "linkZone"),
+            )
+        ]
+        healthy = fields.get("healthy", False)
+        if not isinstance(healthy, bool):
+            found.add(f"{entry}.healthy", f"must be true or false, got {json_kind(healthy)}")
+        qos = fields.get("qospolicy", "")
+        model = fields.get("model", "")
+        if len(found) != before:
+            continue
+        assert isinstance(uuid, str)
+        devices.append(
+            Device(
+                uuid=uuid,
+                model=spec.vendor,
+                index=index,
+                slots_total=numbers[0],
+                memory_total_mib=numbers[1],
+                core_percent_total=numbers[2],
+                numa=numbers[3],
+                mode="",
+                healthy=bool(healthy),
+                vendor=spec.vendor,
+                custom_info=(
+                    ("LinkZone", str(numbers[4])),
+                    ("Model", model if isinstance(model, str) else ""),
+                    ("QosPolicy", qos if isinstance(qos, str) else ""),
+                ),
+            )
+        )
+    found.raise_if_any()
+    return tuple(devices)
+
+
+def _enflame_devices(
+    spec: VendorSpec, value: str, node_name: str, path: str
+) -> tuple[Device, ...]:
+    """Enflame's ``enflame.com/gcu-drs-capacity``: ``{"devices": [{"index", "minor",
+    "capacity"}], "profiles": {"<slices>g.<GB>gb": "<id>"}}``; each device offers every
+    profile, with ``capacity`` slices and the largest profile's memory."""
+    try:
+        document = json.loads(value)
+    except (ValueError, RecursionError):
+        raise InvalidInputError.single(path, "must be a JSON object with devices and profiles") \
+            from None
+    if not isinstance(document, dict):
+        raise InvalidInputError.single(path, f"must be a JSON object, got {json_kind(document)}")
+    profiles = document.get("profiles")
+    if not isinstance(profiles, dict):
+        raise InvalidInputError.single(f"{path}.profiles", "must be an object of profiles")
+    shapes = [_DRS_PROFILE.fullmatch(str(name)) for name in profiles]
+    slices = [int(m.group(1)) for m in shapes if m]
+    gigabytes = [int(m.group(2)) for m in shapes if m]
+    if not slices or max(slices) <= 0:
+        raise InvalidInputError.single(f"{path}.profiles", "no valid <slices>g.<GB>gb profile")
+    max_gb = max(gigabytes) or max(slices)
+    entries = document.get("devices")
+    if not isinstance(entries, list):
+        raise InvalidInputError.single(f"{path}.devices", "must be an array of devices")
+    found = Violations()
+    devices: list[Device] = []
+    encoded_profiles = json.dumps(
+        {str(k): str(v) for k, v in sorted(profiles.items())}, separators=(",", ":")
+    )
+    for position, entry in enumerate(entries):
+        entry_path = f"{path}.devices[{position}]"
+        if not isinstance(entry, dict):
+            found.add(entry_path, f"must be an object, got {json_kind(entry)}")
+            continue
+        raw_index = entry.get("index")
+        index = int(raw_index) if isinstance(raw_index, str) and raw_index.isdigit() else position
+        capacity = entry.get("capacity")
+        if isinstance(capacity, str) and capacity.isdigit():
+            capacity = int(capacity)
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or not (
+            0 < capacity <= INT32_MAX
+        ):
+            found.add(f"{entry_path}.capacity", f"must be a positive number of slices, got "
+                                                f"{json.dumps(capacity)}")
+            continue
+        devices.append(
+            Device(
+                uuid=f"{node_name}-enflame-drs-{index}",
+                model=spec.vendor,
+                index=index,
+                slots_total=capacity,
+                memory_total_mib=max_gb * 1024,
+                core_percent_total=100,
+                vendor=spec.vendor,
+                custom_info=(
+                    ("maxSlice", str(max(slices))),
+                    ("minor", str(entry.get("minor") or index)),
+                    (ENFLAME_PROFILES_INFO, encoded_profiles),
+                ),
+            )
+        )
+    found.raise_if_any()
+    return tuple(devices)
+
+
+def _json_array(value: str, path: str) -> list[Any]:
+    try:
+        document = json.loads(value)
+    except (ValueError, RecursionError):
+        raise InvalidInputError.single(path, "must be a JSON array of devices") from None
+    if document is None:
+        return []
+    if not isinstance(document, list):
+        raise InvalidInputError.single(
+            path, f"must be a JSON array of devices, got {json_kind(document)}"
+        )
+    if len(document) > MAX_DEVICES_PER_NODE:
+        raise InvalidInputError.single(
+            path, f"at most {MAX_DEVICES_PER_NODE} devices, got {len(document)}"
+        )
+    return document
+
+
+def _field_int(fields: Mapping[str, Any], key: str, path: str, found: Violations) -> int:
+    value = fields.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT32_MAX:
+        found.add(path, f"must be a non-negative integer up to {INT32_MAX}, "
+                        f"got {json.dumps(value)}")
+        return 0
+    return value

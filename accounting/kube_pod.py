@@ -5,8 +5,12 @@ Layer: accounting (pure); the input is plain JSON data, never a Kubernetes clien
 * Classes: ``spec.initContainers`` with ``restartPolicy: Always`` are sidecars, the other init
   containers are init, ``spec.containers`` are apps; declaration order, init list first.
 * Requests follow HAMi's ``GenerateResourceRequests`` after its webhook defaults (docs/design.md
-  §2.3), so a pod sent here before or after the webhook reads the same.
-* Grants come from ``hami.io/vgpu-devices-allocated``, aligned to the containers by position.
+  §2.3), per vendor of the policy with the rules of its table entry (``accounting.vendors``:
+  units, defaults, memory templates, whole devices), so a pod sent here before or after the
+  webhook reads the same.
+* Grants come from each vendor's allocation annotation (``hami.io/vgpu-devices-allocated`` for
+  NVIDIA), aligned to the containers by position; NVIDIA MIG grants get their instance from
+  ``hami.io/vgpu-mig-allocations``.
 
 Every problem is collected and raised as one ``InvalidInputError`` with JSON paths such as
 ``spec.initContainers[1].name`` or ``metadata.annotations["hami.io/vgpu-devices-allocated"][0][0]``.
@@ -14,14 +18,16 @@ Every problem is collected and raised as one ``InvalidInputError`` with JSON pat
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-from accounting import hami_codec, quantity
-from accounting.annotations import DEVICES_ALLOCATED_ANNOTATION, VGPU_NODE_ANNOTATION
+from accounting import hami_codec, mig, quantity
+from accounting.annotations import VGPU_NODE_ANNOTATION
 from accounting.errors import InvalidInputError, Violations
+from accounting.mig import MIG_ALLOCATIONS_ANNOTATION
 from accounting.model import (
     Container,
     ContainerClass,
@@ -32,7 +38,12 @@ from accounting.model import (
     Pod,
     PodPhase,
 )
-from accounting.pod import EXCLUSIVE_CORE_PERCENT, WHOLE_CARD_PERCENT, classify_init_container
+from accounting.pod import (
+    EXCLUSIVE_CORE_PERCENT,
+    MAX_CORE_PERCENT,
+    WHOLE_CARD_PERCENT,
+    classify_init_container,
+)
 from accounting.validate import (
     INT32_MAX,
     INT32_MIN,
@@ -44,7 +55,8 @@ from accounting.validate import (
     quote,
     shown,
 )
-from accounting.vendors import NVIDIA_RESOURCES, VendorResources
+from accounting.vendor_spec import SOFT_SPLIT_MODE, Charge, VendorSpec
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources, specs_for
 
 DEFAULT_NAMESPACE = "default"
 """What kubectl and the API server assume when a pod names no namespace."""
@@ -84,7 +96,7 @@ def parse_pod(
             malformed quantities or annotations, grants for containers the pod does not have.
     """
     reader = _Reader(Violations(), f"{path}." if path else "")
-    pod = reader.pod(obj, vendors)
+    pod = reader.pod(obj, specs_for(vendors))
     reader.found.raise_if_any()
     return pod
 
@@ -169,7 +181,7 @@ class _Reader:
 
     # -- the pod ------------------------------------------------------------------------------
 
-    def pod(self, obj: Mapping[str, Any], vendors: Sequence[VendorResources]) -> Pod:
+    def pod(self, obj: Mapping[str, Any], vendors: Sequence[VendorSpec]) -> Pod:
         metadata = self.mapping(obj, "metadata", "metadata")
         spec = self.mapping(obj, "spec", "spec")
         status = self.mapping(obj, "status", "status")
@@ -227,7 +239,7 @@ class _Reader:
     def containers(
         self,
         spec: Mapping[str, Any],
-        vendors: Sequence[VendorResources],
+        vendors: Sequence[VendorSpec],
         annotations: Mapping[str, str],
     ) -> tuple[Container, ...]:
         init_items = self.items(spec, "initContainers", "spec.initContainers", MAX_CONTAINERS)
@@ -239,7 +251,7 @@ class _Reader:
         located = [(f"spec.initContainers[{i}]", item, True) for i, item in enumerate(init_items)]
         located += [(f"spec.containers[{i}]", item, False) for i, item in enumerate(app_items)]
 
-        grants = self.grants(annotations, len(located))
+        grants = self.grants(annotations, len(located), vendors)
         containers: list[Container] = []
         first_path: dict[str, str] = {}
         for position, (path, item, is_init) in enumerate(located):
@@ -256,7 +268,7 @@ class _Reader:
                 Container(
                     name=name,
                     container_class=self.container_class(item, path, is_init),
-                    requests=self.requests(item, path, name, vendors),
+                    requests=self.requests(item, path, name, vendors, annotations),
                     grants=grants[position],
                 )
             )
@@ -270,31 +282,81 @@ class _Reader:
         )
 
     def grants(
-        self, annotations: Mapping[str, str], container_count: int
+        self, annotations: Mapping[str, str], container_count: int, vendors: Sequence[VendorSpec]
     ) -> tuple[tuple[DeviceGrant, ...], ...]:
-        value = annotations.get(DEVICES_ALLOCATED_ANNOTATION)
-        if value is None:
-            return ((),) * container_count
-        path = f"metadata.annotations[{quote(DEVICES_ALLOCATED_ANNOTATION)}]"
+        """Every vendor's grants from its allocation annotation, merged position by position
+        (in the policy's vendor order). A grant's vendor is the vendor whose annotation holds
+        it, whatever its TYPE field says (HAMi writes the GPU model there for AMD)."""
+        merged: list[tuple[DeviceGrant, ...]] = [()] * container_count
+        for spec in vendors:
+            value = annotations.get(spec.allocated_annotation)
+            if value is None:
+                continue
+            path = f"metadata.annotations[{quote(spec.allocated_annotation)}]"
+            try:
+                entries = hami_codec.decode_container_grants(
+                    value, container_count, path=self.at(path), core_max=spec.core_max
+                )
+            except InvalidInputError as error:
+                self.found.extend(error)
+                continue
+            if spec.rule == "nvidia":
+                entries = self.mig_instances(annotations, entries)
+            for position, grants in enumerate(entries):
+                if grants:
+                    mine = tuple(
+                        g if g.vendor == spec.vendor else replace(g, vendor=spec.vendor)
+                        for g in grants
+                    )
+                    merged[position] = merged[position] + mine
+        return tuple(merged)
+
+    def mig_instances(
+        self, annotations: Mapping[str, str], entries: tuple[tuple[DeviceGrant, ...], ...]
+    ) -> tuple[tuple[DeviceGrant, ...], ...]:
+        """Attaches the instances of ``hami.io/vgpu-mig-allocations`` to the NVIDIA grants they
+        name (container position, index among its NVIDIA grants, same GPU). An entry naming
+        no such grant is left out: HAMi's own positions can be shifted by GPU-less containers
+        (#2899), and a grant on a MIG card without an instance is closed off whole by the
+        recorder anyway."""
+        value = annotations.get(MIG_ALLOCATIONS_ANNOTATION)
+        if not value:
+            return entries
+        path = self.at(f"metadata.annotations[{quote(MIG_ALLOCATIONS_ANNOTATION)}]")
         try:
-            return hami_codec.decode_container_grants(value, container_count, path=self.at(path))
+            allocations = mig.decode_allocations(value, path=path)
         except InvalidInputError as error:
             self.found.extend(error)
-            return ((),) * container_count
+            return entries
+        attached = [list(grants) for grants in entries]
+        for allocation in allocations:
+            if allocation.container_index >= len(attached):
+                continue
+            grants = attached[allocation.container_index]
+            index = allocation.device_index
+            if index < len(grants) and grants[index].uuid == allocation.gpu_uuid:
+                grants[index] = replace(grants[index], mig=allocation.instance)
+        return tuple(tuple(grants) for grants in attached)
 
     # -- requests (HAMi GenerateResourceRequests after the webhook defaults) ------------------
 
     def requests(
-        self, item: Mapping[str, Any], path: str, name: str, vendors: Sequence[VendorResources]
+        self,
+        item: Mapping[str, Any],
+        path: str,
+        name: str,
+        specs: Sequence[VendorSpec],
+        annotations: Mapping[str, str],
     ) -> tuple[DeviceRequest, ...]:
         resources = self.mapping(item, "resources", f"{path}.resources")
         limits = self.mapping(resources, "limits", f"{path}.resources.limits")
         requests = self.mapping(resources, "requests", f"{path}.resources.requests")
+        if not limits and not requests:
+            return ()
+        reading = _ContainerReading(self, name, limits, requests, f"{path}.resources")
         found: list[DeviceRequest] = []
-        for vendor in vendors:
-            request = _ContainerReading(self, name, limits, requests, f"{path}.resources").read(
-                vendor
-            )
+        for spec in _vendors_named(specs, limits, requests):
+            request = reading.read(spec, annotations)
             if request is not None:
                 found.append(request)
         return tuple(found)
@@ -360,10 +422,13 @@ class _ContainerReading:
     requests: Mapping[str, Any]
     path: str
 
-    def resource(self, name: str) -> _Resource:
+    def resource(self, name: str, limits_only: bool = False) -> _Resource:
+        """The resource ``name`` from limits, else requests (unless ``limits_only``)."""
+        if not name:
+            return _ABSENT
         if name in self.limits:
             written, path = self.limits[name], f"{self.path}.limits[{quote(name)}]"
-        elif name in self.requests:
+        elif name in self.requests and not limits_only:
             written, path = self.requests[name], f"{self.path}.requests[{quote(name)}]"
         else:
             return _ABSENT
@@ -402,18 +467,25 @@ class _ContainerReading:
             return None
         return int(value)
 
-    def read(self, vendor: VendorResources) -> DeviceRequest | None:
-        count = self.resource(vendor.count_resource)
-        memory = self.resource(vendor.memory_resource)
-        percentage = self.resource(vendor.memory_percentage_resource)
-        cores = self.resource(vendor.core_resource)
+    def read(self, spec: VendorSpec, annotations: Mapping[str, str]) -> DeviceRequest | None:
+        """The container's request for one vendor, or None when it asks for none of its
+        devices (or the request is refused, reported under the resource's path)."""
+        names = spec.resources
+        count = self.resource(names.count_resource, spec.limits_only)
+        memory = self.resource(names.memory_resource, spec.limits_only)
+        percentage = self.resource(names.memory_percentage_resource, spec.limits_only)
+        cores = self.resource(names.core_resource, spec.limits_only)
+        if spec.charge is Charge.CORE_MASK:
+            return self.read_neuron(spec, count, cores)
+        if spec.rule == "enflame-drs":
+            return self.read_drs(spec, count, memory, cores)
 
         # The webhook writes the default count when a container sizes a GPU but does not count.
         asks_for_device = memory.present or percentage.present or cores.present
         if count.present:
             devices = self.whole(count, "counts whole devices")
-        elif asks_for_device and vendor.default_gpu_count > 0:
-            devices = vendor.default_gpu_count
+        elif asks_for_device and names.default_gpu_count > 0:
+            devices = names.default_gpu_count
         else:
             return None
         if devices is None or devices == 0:
@@ -422,23 +494,28 @@ class _ContainerReading:
             self.refuse(count, f"{count.name} counts whole devices: {self.reading(count)}, more "
                                f"than any node can hold (at most {MAX_DEVICES_PER_CONTAINER})")
             return None
+        # HAMi's webhook checks vNPUs against the count as written, before raising it.
+        written_count = devices
+        devices = self.module_count(spec, count, devices)
+        if devices is None:
+            return None
+        if spec.whole_device:
+            # Only the count is read: each device is taken whole.
+            whole_cores = 0 if spec.charge is Charge.SLOTS_ONLY else EXCLUSIVE_CORE_PERCENT
+            return DeviceRequest(spec.vendor, devices, 0, WHOLE_CARD_PERCENT, whole_cores)
+        if spec.totals_divided_by_count:
+            return self.read_per_device_share(spec, devices, memory, cores)
 
+        memory_unscaled = False
         memory_mib = 0
         if memory.present:
-            # HAMi drops the whole request when the memory is not a whole MiB count that fits
-            # int32 after the factor: "24Gi" reads as 25769803776 MiB and the container gets no
-            # GPU, then fails on the node. Refused here instead, with the reading.
-            factor = max(vendor.memory_factor, 1)
-            read = self.whole(memory, "is in MiB", " MiB")
+            read = self.memory_mib(spec, memory, annotations, written_count)
             if read is None:
                 return None
-            ceiling = INT32_MAX // factor
-            if read > ceiling:
-                with_factor = f" with memory factor {factor}" if factor > 1 else ""
-                self.refuse(memory, f"{memory.name} is in MiB: {self.reading(memory, ' MiB')}, "
-                                    f"more than any device (at most {ceiling}{with_factor})")
-                return None
-            memory_mib = read
+            memory_mib, memory_unscaled = read
+        elif spec.memory_templates:
+            # No memory asked on a templated vendor: the whole device (HAMi's webhook writes it).
+            memory_mib = spec.template_whole_memory_mib
 
         memory_percent = 0
         raw_percent = None
@@ -447,35 +524,306 @@ class _ContainerReading:
             if raw_percent is None:
                 return None
             memory_percent = min(raw_percent, WHOLE_CARD_PERCENT)
-        memory_from_default = False
         if memory_percent == 0 and memory_mib == 0:
             # HAMi's GenerateResourceRequests: nothing sizes the card, so the vendor's default
             # memory, else the whole card (size_request reads the request the same way).
-            if vendor.default_memory_mib:
-                memory_mib = vendor.default_memory_mib
-                memory_from_default = True
+            if names.default_memory_mib:
+                memory_mib = names.default_memory_mib
+                memory_unscaled = True
             else:
                 memory_percent = WHOLE_CARD_PERCENT
 
-        # The webhook's exclusive default: a bare count, or a whole card by percentage, is the
-        # whole device, so it also takes every core (no other pod may share it).
-        if not cores.present:
-            exclusive = raw_percent == WHOLE_CARD_PERCENT or not memory.present
-            core_percent = EXCLUSIVE_CORE_PERCENT if exclusive else vendor.default_core_percent
-        else:
-            read = self.whole(cores, "is in percent of a card", " percent")
-            if read is None:
-                return None
-            # HAMi's Fit reads any core request above 100 as 100, the whole card's compute.
-            core_percent = min(read, WHOLE_CARD_PERCENT)
+        core_percent = self.core_percent(spec, cores, memory, raw_percent, annotations, devices)
+        if core_percent is None:
+            return None
+        template_cores = _template_cores(spec, memory_mib)
+        if template_cores is not None:
+            core_percent = template_cores
         return DeviceRequest(
-            vendor=vendor.vendor,
+            vendor=spec.vendor,
             count=devices,
             memory_mib=memory_mib,
             memory_percent=memory_percent,
             core_percent=core_percent,
-            memory_from_default=memory_from_default,
+            memory_unscaled=memory_unscaled,
         )
+
+    def read_neuron(
+        self, spec: VendorSpec, count: _Resource, cores: _Resource
+    ) -> DeviceRequest | None:
+        """AWS Neuron: whole devices (``aws.amazon.com/neuron``, each with every NeuronCore), or
+        NeuronCores (``aws.amazon.com/neuroncore``): up to a device's worth on one device, more
+        in whole devices (HAMi's ``splitCoreRequest``)."""
+        per_device = NEURON_CORES_PER_DEVICE
+        if count.present:
+            devices = self.whole(count, "counts whole devices")
+            if not devices:
+                return None
+            return DeviceRequest(spec.vendor, devices, 0, 0, per_device)
+        if not cores.present:
+            return None
+        wanted = self.whole(cores, "counts NeuronCores")
+        if not wanted:
+            return None
+        if wanted <= per_device:
+            return DeviceRequest(spec.vendor, 1, 0, 0, wanted)
+        if wanted % per_device:
+            self.refuse(cores, f"{cores.name} counts NeuronCores: {self.reading(cores)}, must be "
+                               f"1 or a multiple of {per_device}")
+            return None
+        if wanted // per_device > MAX_DEVICES_PER_CONTAINER:
+            self.refuse(cores, f"{cores.name} counts NeuronCores: {self.reading(cores)}, more "
+                               f"than any node can hold")
+            return None
+        return DeviceRequest(spec.vendor, wanted // per_device, 0, 0, per_device)
+
+    def read_drs(
+        self, spec: VendorSpec, count: _Resource, memory: _Resource, cores: _Resource
+    ) -> DeviceRequest | None:
+        """Enflame DRS: one partition per container, asked by its size in slices
+        (``enflame.com/drs-gcu``) or by memory and cores (the profile is chosen at scheduling,
+        so the memory is then known only there)."""
+        if count.present:
+            slices = self.whole(count, "counts DRS slices")
+            if not slices:
+                return None
+            if slices > MAX_DRS_SLICES:
+                self.refuse(count, f"{count.name} counts DRS slices: {self.reading(count)}, "
+                                   f"more than any GCU has (at most {MAX_DRS_SLICES})")
+                return None
+            return DeviceRequest(spec.vendor, 1, 0, WHOLE_CARD_PERCENT, 0, slices=slices)
+        if not memory.present and not cores.present:
+            return None
+        memory_raw = self.whole(memory, "is in GB or MiB", "") if memory.present else 0
+        core_raw = self.whole(cores, "is in percent of a card", " percent") if cores.present else 0
+        if memory_raw is None or core_raw is None:
+            return None
+        if memory.present and memory_raw == 0:
+            self.refuse(memory, f"{memory.name} must be above 0, got {self.reading(memory)}")
+            return None
+        if cores.present and not 0 < core_raw <= MAX_CORE_PERCENT:
+            self.refuse(cores, f"{cores.name} must be in (0, 100], got {self.reading(cores)}")
+            return None
+        if memory_raw > INT32_MAX:
+            self.refuse(memory, f"{memory.name}: {self.reading(memory)}, more than any device")
+            return None
+        return DeviceRequest(
+            spec.vendor, 1, memory_raw, 0 if memory_raw else WHOLE_CARD_PERCENT, core_raw
+        )
+
+    def module_count(self, spec: VendorSpec, count: _Resource, devices: int) -> int | None:
+        """Ascend 910C's webhook: NPUs come in modules of two, so 1 is raised to 2 and any
+        other odd count is refused."""
+        if devices < spec.count_minimum:
+            return spec.count_minimum
+        if devices % spec.count_multiple:
+            self.refuse(count, f"{count.name} counts {spec.title} NPUs, which come in modules "
+                               f"of {spec.count_multiple}: {self.reading(count)}, must be 1 or "
+                               f"a multiple of {spec.count_multiple}")
+            return None
+        return devices
+
+    def memory_mib(
+        self,
+        spec: VendorSpec,
+        memory: _Resource,
+        annotations: Mapping[str, str],
+        devices: int,
+    ) -> tuple[int, bool] | None:
+        """The memory per device as the request carries it, and whether it is MiB already
+        (not to be multiplied by the vendor's memory unit)."""
+        factor = max(spec.resources.memory_factor, 1)
+        if spec.memory_quantity_units_are_bytes and _has_unit(memory.written):
+            # Metax sGPU: a quantity with a unit is bytes, a bare number GiB.
+            value = memory.value
+            if value is None:
+                return None
+            if value < 0:
+                self.refuse(memory, f"{memory.name}: {self.reading(memory, ' bytes')}, below 0")
+                return None
+            mib = int(value) // (1024 * 1024)
+            if mib > INT32_MAX:
+                self.refuse(memory, f"{memory.name}: {self.reading(memory, ' bytes')}, more than "
+                                    f"any device (at most {INT32_MAX} MiB)")
+                return None
+            return mib, True
+        # A unit HAMi fixes (Cambricon's 256 MiB) is the resource's unit; a configured
+        # factor multiplies MiB.
+        unit = f"units of {factor} MiB" if spec.memory_factor_fixed and factor > 1 else "MiB"
+        # HAMi drops the whole request when the memory is not a whole MiB count that fits
+        # int32 after the factor: "24Gi" reads as 25769803776 MiB and the container gets no
+        # GPU, then fails on the node. Refused here instead, with the reading.
+        read = self.whole(memory, f"is in {unit}", f" {unit}")
+        if read is None:
+            return None
+        ceiling = INT32_MAX // factor
+        if read > ceiling:
+            with_factor = f" with memory factor {factor}" if factor > 1 else ""
+            self.refuse(memory, f"{memory.name} is in {unit}: {self.reading(memory, ' ' + unit)}"
+                                f", more than any device (at most {ceiling}{with_factor})")
+            return None
+        if not spec.memory_templates:
+            return read, False
+        return self.template_memory(spec, memory, read, annotations, devices)
+
+    def template_memory(
+        self,
+        spec: VendorSpec,
+        memory: _Resource,
+        read: int,
+        annotations: Mapping[str, str],
+        devices: int,
+    ) -> tuple[int, bool] | None:
+        """HAMi's webhook rounds templated memory up (Ascend vNPU templates, Kunlun vXPU
+        sizes): the first template at least as large, else the whole device."""
+        if spec.soft_split(annotations):
+            return read, False  # Ascend hami-core mode: memory as asked
+        rounded = next((t.memory_mib for t in spec.memory_templates if read <= t.memory_mib), None)
+        if rounded is None:
+            if spec.template_capacity_mib and read > spec.template_capacity_mib:
+                self.refuse(memory, f"{memory.name} is in MiB: {self.reading(memory, ' MiB')}, "
+                                    f"more than a {spec.title} holds "
+                                    f"({spec.template_capacity_mib} MiB)")
+                return None
+            rounded = spec.template_whole_memory_mib
+        if spec.template_single_device and devices > 1 and rounded != (
+            spec.template_whole_memory_mib
+        ):
+            self.refuse(memory, f"{memory.name}: {self.reading(memory, ' MiB')} is a "
+                                f"{spec.title} vNPU of {rounded} MiB, and vNPUs are not "
+                                "supported for more than one device (ask whole devices)")
+            return None
+        return rounded, False
+
+    def core_percent(
+        self,
+        spec: VendorSpec,
+        cores: _Resource,
+        memory: _Resource,
+        raw_percent: int | None,
+        annotations: Mapping[str, str],
+        devices: int,
+    ) -> int | None:
+        """The cores per device, in the vendor's core unit."""
+        if (
+            spec.memory_templates
+            and spec.resources.core_resource
+            and cores.present
+            and not spec.soft_split(annotations)
+        ):
+            read = self.whole(cores, "counts AI cores", "")
+            if read:
+                self.refuse(cores, f"{cores.name} is only supported in hami-core (soft split) "
+                                   f"mode (pod annotation {spec.soft_split_annotation}: "
+                                   f"{SOFT_SPLIT_MODE}); the vNPU template fixes the compute")
+                return None
+        if spec.multi_device_core_percent and devices > 1:
+            # Iluvatar's webhook writes count x 100 cores; its fit reads 100 per device.
+            return spec.multi_device_core_percent
+        if not cores.present:
+            if not spec.exclusive_default:
+                return spec.resources.default_core_percent
+            # NVIDIA's webhook: a bare count, or a whole card by percentage, is the whole
+            # device, so it also takes every core (no other pod may share it).
+            exclusive = raw_percent == WHOLE_CARD_PERCENT or not memory.present
+            return EXCLUSIVE_CORE_PERCENT if exclusive else spec.resources.default_core_percent
+        read = self.whole(cores, f"is in {_core_unit(spec)}", _core_suffix(spec))
+        if read is None:
+            return None
+        # HAMi's Fit reads any core request above 100 as 100, the whole card's compute.
+        return min(read, MAX_CORE_PERCENT)
+
+    def read_per_device_share(
+        self, spec: VendorSpec, devices: int, memory: _Resource, cores: _Resource
+    ) -> DeviceRequest | None:
+        """Moore Threads: memory and cores are written for all of the container's devices;
+        more than one device, or no memory, is whole devices (HAMi's webhook writes them)."""
+        whole_units, whole_cores = spec.whole_memory_units, spec.core_max
+        if devices > 1 or not memory.present:
+            return DeviceRequest(
+                spec.vendor,
+                devices,
+                whole_units * spec.resources.memory_factor,
+                0,
+                whole_cores,
+                memory_unscaled=True,
+            )
+        units = self.whole(memory, f"is in units of {spec.resources.memory_factor} MiB", "")
+        if units is None:
+            return None
+        if spec.allowed_memory_units and units not in spec.allowed_memory_units:
+            allowed = ", ".join(map(str, spec.allowed_memory_units))
+            self.refuse(memory, f"{memory.name}: {self.reading(memory)}, must be one of "
+                                f"{allowed} (units of {spec.resources.memory_factor} MiB)")
+            return None
+        core_units = 0
+        if cores.present:
+            read = self.whole(cores, f"is in {_core_unit(spec)}", "")
+            if read is None:
+                return None
+            core_units = min(read, MAX_CORE_PERCENT)
+        return DeviceRequest(spec.vendor, devices, units, 0, core_units)
+
+
+NEURON_CORES_PER_DEVICE = 2
+"""NeuronCores per AWS Neuron device as HAMi's requests see them: the first node's count,
+capped at 2 (HAMi's core masks have two bits); 2 on every current Neuron device."""
+MAX_DRS_SLICES = 64
+"""The most DRS slices a request may name (a GCU has a handful)."""
+
+
+def _template_cores(spec: VendorSpec, memory_mib: int) -> int | None:
+    """The cores a templated request is charged when its template fixes them (Kunlun vXPU:
+    25, 50 or 100 for a quarter, half or whole card); None when the template does not."""
+    for template in spec.memory_templates:
+        if template.memory_mib == memory_mib and template.core_percent:
+            return template.core_percent
+    return None
+
+
+def _vendors_named(
+    specs: Sequence[VendorSpec], limits: Mapping[str, Any], requests: Mapping[str, Any]
+) -> list[VendorSpec]:
+    """The vendors (in policy order) one of whose resources the container names: a container
+    is read only for those, so a policy with many vendors costs a lookup per resource."""
+    index = _resource_index(tuple(specs))
+    positions: set[int] = set()
+    for section in (limits, requests):
+        for name in section:
+            found = index.get(name)
+            if found is not None:
+                positions.update(found)
+    return [specs[p] for p in sorted(positions)]
+
+
+@functools.lru_cache(maxsize=64)
+def _resource_index(specs: tuple[VendorSpec, ...]) -> dict[str, tuple[int, ...]]:
+    index: dict[str, list[int]] = {}
+    for position, spec in enumerate(specs):
+        names = spec.resources
+        for name in (
+            names.count_resource,
+            names.memory_resource,
+            names.memory_percentage_resource,
+            names.core_resource,
+        ):
+            if name:
+                index.setdefault(name, []).append(position)
+    return {name: tuple(p) for name, p in index.items()}
+
+
+def _core_suffix(spec: VendorSpec) -> str:
+    return " percent" if spec.core_unit == "percent" else ""
+
+
+def _core_unit(spec: VendorSpec) -> str:
+    return "percent of a card" if spec.core_unit == "percent" else spec.core_unit
+
+
+def _has_unit(written: object) -> bool:
+    """Whether a quantity was written with a unit suffix (``2Gi``, ``512M``), as Metax tells a
+    byte count from a number of GiB."""
+    return isinstance(written, str) and any(c.isalpha() for c in written.strip())
 
 
 def names_extended_resources(obj: Mapping[str, Any]) -> bool:

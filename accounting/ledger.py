@@ -46,10 +46,13 @@ from accounting import reasons
 from accounting.amount import ZERO, Amount, Dimension
 from accounting.errors import InvalidInputError, Violations
 from accounting.lifecycle import Decision, StoredPod, decide
+from accounting.mig import MIG_MODE, UNKNOWN_INSTANCE, whole_card
 from accounting.model import (
     Device,
     DeviceState,
     DeviceUsage,
+    MigInstance,
+    MigPlacement,
     Pod,
     QuotaItem,
 )
@@ -57,6 +60,7 @@ from accounting.pod import effective_usage
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
 from accounting.quota import check_usage, held_quantities
 from accounting.validate import MAX_QUOTA_LIMIT
+from accounting.vendor_spec import Charge
 
 DEFAULT_MAX_TOMBSTONES = 100_000
 """Forgotten uids remembered (the most recent ones); see the module docstring for the bound."""
@@ -177,6 +181,10 @@ class Ledger:
             raise ValueError(f"max_tombstones must be >= 1, got {max_tombstones}")
         self.policy = policy
         self._vendors = {v.vendor: v for v in policy.vendors}
+        # Vendors whose cores are a bit mask of the device's cores (AWS Neuron).
+        self._core_masks = frozenset(
+            spec.vendor for spec in policy.specs if spec.charge is Charge.CORE_MASK
+        )
         self._pods: dict[str, StoredPod] = {}
         # node -> uids of the pods stored there, sorted. A list per node rather than a set: a
         # set of 8 uids takes 728 bytes, the list 120, and GetNodeUsage wants them sorted.
@@ -190,6 +198,8 @@ class Ledger:
         self.progressive_release = progressive_release
         # node -> uuid -> what is charged on the device
         self._node_used: dict[str, dict[str, Amount]] = {}
+        # node -> uuid -> MIG placement -> how many pods hold it (pods on MIG cards only)
+        self._node_mig: dict[str, dict[str, dict[MigPlacement, int]]] = {}
         # namespace -> resource -> used
         self._namespace_used: dict[str, dict[str, int]] = {}
         # namespace -> resource -> limit (absent = no limit)
@@ -228,10 +238,26 @@ class Ledger:
         if devices is None:
             return None
         used = self._node_used.get(node_name, {})
-        return tuple(
+        held = self._node_mig.get(node_name, {})
+        states = tuple(
             DeviceState(d, *used[d.uuid].as_tuple()) if d.uuid in used else DeviceState(d)
             for d in devices
         )
+        if not held:
+            return states
+        return tuple(
+            dataclasses.replace(state, mig_in_use=tuple(sorted(held[state.device.uuid])))
+            if state.device.uuid in held
+            else state
+            for state in states
+        )
+
+    def node_mig_in_use(self, node_name: str) -> dict[str, tuple[MigPlacement, ...]]:
+        """uuid -> the MIG placements pods hold on it, sorted (registered or not)."""
+        return {
+            uuid: tuple(sorted(held))
+            for uuid, held in self._node_mig.get(node_name, {}).items()
+        }
 
     def node_pod_uids(self, node_name: str) -> tuple[str, ...]:
         """UIDs of the pods stored on a node (registered or not), sorted."""
@@ -313,12 +339,45 @@ class Ledger:
             # A terminal update only releases; it must go through even if the node's inventory
             # lost the device meanwhile.
             self._check_grants_on_node(pod)
+            pod = self._close_unknown_instances(pod, pod.node_name)
         decision = decide(pod, previous, progressive_release=self.progressive_release)
         change = self._apply(previous, decision.stored)
         overcommitted = self._overcommitted(decision.stored) if change.changed else ()
         return RecordOutcome(
             decision.decision, decision.message, decision.stored, change, overcommitted
         )
+
+    def _close_unknown_instances(self, pod: Pod, node_name: str) -> Pod:
+        """A grant on a registered MIG-mode card that names no instance (its
+        hami.io/vgpu-mig-allocations entry is missing) holds the whole card: where its instance
+        is cannot be known, so nothing else is placed there until the pod goes (HAMi marks such
+        a card unhealthy)."""
+        devices = self._nodes.get(node_name)
+        if not devices:
+            return pod
+        mig_cards = {d.uuid: d for d in devices if d.mode == MIG_MODE}
+        if not mig_cards or not any(
+            g.mig is None and g.uuid in mig_cards for c in pod.containers for g in c.grants
+        ):
+            return pod
+        containers = tuple(
+            dataclasses.replace(
+                container,
+                grants=tuple(
+                    dataclasses.replace(
+                        grant,
+                        mig=MigInstance(
+                            UNKNOWN_INSTANCE, whole_card(mig_cards[grant.uuid].mig_profiles)
+                        ),
+                    )
+                    if grant.mig is None and grant.uuid in mig_cards
+                    else grant
+                    for grant in container.grants
+                ),
+            )
+            for container in pod.containers
+        )
+        return dataclasses.replace(pod, containers=containers)
 
     def _overcommitted(self, stored: StoredPod | None) -> tuple[str, ...]:
         if stored is None or not stored.usage:
@@ -504,6 +563,8 @@ class Ledger:
                     vector[0] += entry.memory_mib
                     vector[1] += entry.core_percent
                     vector[2] += entry.slots
+                if entry.mig:
+                    self._count_mig(stored.node_name, entry, +1)
             share = namespace_share.get(id(stored.usage))
             if share is None:
                 share = namespace_share[id(stored.usage)] = tuple(
@@ -596,8 +657,10 @@ class Ledger:
         if devices is None:
             raise InvalidInputError.single("node_name", f"node {node_name!r} is not registered")
         self._check_grants_on_node(pod, node_name, path="container_grants")
-        usage = effective_usage(pod)
+        usage = effective_usage(self._close_unknown_instances(pod, node_name))
         refusal = self._capacity_refusal(node_name, devices, usage, previous)
+        if refusal is None:
+            refusal = self._mig_refusal(node_name, usage, previous)
         if refusal is None:
             refusal = self._quota_refusal(pod.namespace, usage, previous)
         if refusal is not None:
@@ -689,6 +752,40 @@ class Ledger:
                 return reasons.CARD_CAPACITY_REASON[short], _shortfall_message(
                     entry, node_name, short, others, capacity
                 )
+            if entry.vendor in self._core_masks and others.core_percent & entry.core_percent:
+                # Cores counted as a bit mask (AWS Neuron): the same core twice is a conflict
+                # even when the sum fits (the masks of other pods are disjoint, so their sum is
+                # their union).
+                return reasons.CARD_INSUFFICIENT_CORE, (
+                    f"device {entry.uuid} on {node_name}: cores {entry.core_percent:b} "
+                    f"requested, cores {others.core_percent:b} held by other pods"
+                )
+        return None
+
+    def _mig_refusal(
+        self, node_name: str, usage: tuple[DeviceUsage, ...], previous: StoredPod | None
+    ) -> tuple[str, str] | None:
+        """A MIG instance of the grants that overlaps one another pod holds on its card."""
+        held = self._node_mig.get(node_name)
+        if not held:
+            return None
+        mine: dict[str, set[MigPlacement]] = {}
+        if previous is not None and previous.node_name == node_name:
+            for entry in previous.usage:
+                mine[entry.uuid] = {m.placement for m in entry.mig}
+        for entry in usage:
+            taken = held.get(entry.uuid)
+            if not taken or not entry.mig:
+                continue
+            others = [p for p in taken if p not in mine.get(entry.uuid, ())]
+            for instance in entry.mig:
+                clash = next((p for p in others if p.overlaps(instance.placement)), None)
+                if clash is not None:
+                    return reasons.MIG_PLACEMENT_TAKEN, (
+                        f"device {entry.uuid} on {node_name}: MIG instance {instance.profile} at "
+                        f"slices {instance.placement.start}-{instance.placement.end - 1} overlaps "
+                        f"slices {clash.start}-{clash.end - 1} another pod holds"
+                    )
         return None
 
     def _quota_refusal(
@@ -762,6 +859,8 @@ class Ledger:
                 node[entry.uuid] = total
             else:
                 del node[entry.uuid]
+            if entry.mig:
+                self._count_mig(stored.node_name, entry, sign)
         if not node:
             del self._node_used[stored.node_name]
         namespace = self._namespace_used.setdefault(stored.namespace, {})
@@ -774,6 +873,24 @@ class Ledger:
                     namespace.pop(resource, None)
         if not namespace:
             del self._namespace_used[stored.namespace]
+
+
+    def _count_mig(self, node_name: str, entry: DeviceUsage, sign: int) -> None:
+        """Adds (or takes back) the placements one pod holds on one card: each once per pod,
+        however many of its containers share it (an init container and an app container may
+        be given the same instance in turn)."""
+        node = self._node_mig.setdefault(node_name, {})
+        card = node.setdefault(entry.uuid, {})
+        for placement in {m.placement for m in entry.mig}:
+            count = card.get(placement, 0) + sign
+            if count > 0:
+                card[placement] = count
+            else:
+                card.pop(placement, None)
+        if not card:
+            del node[entry.uuid]
+        if not node:
+            del self._node_mig[node_name]
 
 
 def _shortfall_message(
@@ -815,7 +932,7 @@ def _interned(stored: StoredPod, revision: int) -> StoredPod:
 def _interned_usage(usage: tuple[DeviceUsage, ...]) -> tuple[DeviceUsage, ...]:
     return tuple(
         DeviceUsage(
-            sys.intern(u.uuid), sys.intern(u.vendor), u.memory_mib, u.core_percent, u.slots
+            sys.intern(u.uuid), sys.intern(u.vendor), u.memory_mib, u.core_percent, u.slots, u.mig
         )
         for u in usage
     )

@@ -73,15 +73,62 @@ class DeviceRequest:
     """Memory per device as a percentage of the chosen card, 1..100; 0 means not set."""
     core_percent: int = 0
     """Compute per device, percent."""
-    memory_from_default: bool = field(default=False, compare=False)
-    """``memory_mib`` is the vendor's default memory, filled in by the pod parser because
-    nothing in the container sized the card (HAMi does not multiply a default by the memory
-    factor). Left out of equality: the request is the same request either way."""
+    slices: int = 0
+    """A device partition asked by its size in slices (Enflame DRS's ``enflame.com/drs-gcu``);
+    0 otherwise."""
+    memory_unscaled: bool = field(default=False, compare=False)
+    """``memory_mib`` is MiB already, not in the vendor's memory unit, so the memory factor is
+    not applied: the vendor's default memory, filled in by the pod parser because nothing in
+    the container sized the card (HAMi does not multiply a default by the factor), or a
+    quantity Metax sGPU reads as bytes. Left out of equality: the request is the same request
+    either way."""
 
     @property
     def memory_sized_at_scheduling(self) -> bool:
         """True when the memory is a share of a card, known only once a card is chosen."""
         return self.memory_mib == 0 and self.memory_percent > 0
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MigPlacement:
+    """A range of a MIG card's memory slices an instance occupies: ``[start, start + size)``."""
+
+    start: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        """The first slice after the range."""
+        return self.start + self.size
+
+    def overlaps(self, other: MigPlacement) -> bool:
+        """True when the two ranges share a slice."""
+        return self.start < other.end and other.start < self.end
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """One instance shape a MIG-mode card offers (an entry of its registered ``migProfiles``)."""
+
+    name: str
+    """NVIDIA's name, e.g. ``1g.5gb``."""
+    memory_mib: int
+    """The instance's memory (NVML's, a little below the name's round figure on real cards)."""
+    core_percent: int
+    """The instance's share of the card's compute, percent (its SMs over the card's, rounded
+    up)."""
+    slice_count: int
+    """Memory slices the instance takes."""
+    placements: tuple[MigPlacement, ...] = ()
+    """Where the hardware can put it, as registered."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MigInstance:
+    """The MIG instance a grant stands for: a profile at a placement on the granted card."""
+
+    profile: str
+    placement: MigPlacement
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +143,9 @@ class DeviceGrant:
     core_percent: int
     slots: int = 0
     """Sharing slots this grant stands for; 0 on a raw grant, which counts as one."""
+    mig: MigInstance | None = None
+    """On a MIG-mode card: the instance the grant is (its memory and cores are the
+    instance's)."""
 
     @property
     def slot_weight(self) -> int:
@@ -118,6 +168,9 @@ class DeviceUsage:
     memory_mib: int
     core_percent: int
     slots: int
+    mig: tuple[MigInstance, ...] = ()
+    """The MIG instances the pod holds on the card, sorted: every container's, for the pod's
+    whole life (HAMi keeps a finished init container's instance reserved until the pod goes)."""
 
     @property
     def amount(self) -> Amount:
@@ -204,6 +257,18 @@ class Device:
     mode: str = DEFAULT_DEVICE_MODE
     healthy: bool = True
     vendor: str = NVIDIA
+    mig_profiles: tuple[MigProfile, ...] = ()
+    """The instance shapes a card in MIG mode offers (its registered ``migProfiles``)."""
+    custom_info: tuple[tuple[str, str], ...] = ()
+    """Vendor-specific facts a rule reads (HAMi's ``CustomInfo``), as sorted (key, value)
+    pairs: Ascend's ``NetworkID``, Metax's ``QosPolicy``, AWS's instance type, ..."""
+
+    def info(self, key: str) -> str | None:
+        """The ``custom_info`` value of ``key``, or None."""
+        for name, value in self.custom_info:
+            if name == key:
+                return value
+        return None
 
     @property
     def capacity(self) -> Amount:
@@ -219,6 +284,8 @@ class DeviceState:
     memory_used_mib: int = 0
     core_percent_used: int = 0
     slots_used: int = 0
+    mig_in_use: tuple[MigPlacement, ...] = ()
+    """On a MIG-mode card: the placements pods hold, sorted, each once."""
 
     @property
     def used(self) -> Amount:

@@ -24,7 +24,14 @@ from dataclasses import dataclass
 
 from accounting.amount import ZERO, Amount
 from accounting.fold import Phases, phases
-from accounting.model import Container, ContainerClass, DeviceRequest, DeviceUsage, Pod
+from accounting.model import (
+    Container,
+    ContainerClass,
+    DeviceRequest,
+    DeviceUsage,
+    MigInstance,
+    Pod,
+)
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 
 SIDECAR_RESTART_POLICY = "Always"
@@ -67,6 +74,8 @@ class DeviceDemand:
     """The share of the chosen card, 1..100, when ``memory_mib`` is None."""
     core_percent: int
     """Compute per device, percent, at most 100."""
+    slices: int = 0
+    """A partition asked by its size in slices (Enflame DRS); 0 otherwise."""
 
     @property
     def sized_at_scheduling(self) -> bool:
@@ -100,7 +109,7 @@ def size_request(request: DeviceRequest, vendor: VendorResources) -> DeviceDeman
     memory_mib: int | None = None
     memory_percent = 0
     if request.memory_mib > 0:
-        memory_mib = request.memory_mib * (1 if request.memory_from_default else factor)
+        memory_mib = request.memory_mib * (1 if request.memory_unscaled else factor)
     elif request.memory_percent > 0:
         memory_percent = min(request.memory_percent, WHOLE_CARD_PERCENT)
     elif vendor.default_memory_mib > 0:
@@ -108,7 +117,11 @@ def size_request(request: DeviceRequest, vendor: VendorResources) -> DeviceDeman
     else:
         memory_percent = WHOLE_CARD_PERCENT
     return DeviceDemand(
-        request.count, memory_mib, memory_percent, min(request.core_percent, MAX_CORE_PERCENT)
+        request.count,
+        memory_mib,
+        memory_percent,
+        min(request.core_percent, MAX_CORE_PERCENT),
+        request.slices,
     )
 
 
@@ -139,16 +152,43 @@ def grant_phases(containers: Sequence[Container]) -> Phases[str]:
     return phases(containers, grant_amounts)
 
 
-def _vendors(containers: Iterable[Container]) -> dict[str, str]:
-    return {grant.uuid: grant.vendor for c in containers for grant in c.grants}
+@dataclass(frozen=True, slots=True)
+class _Labels:
+    """What a pod's usage entries carry besides amounts: each UUID's vendor, and the MIG
+    instances the pod holds there."""
+
+    vendors: Mapping[str, str]
+    instances: Mapping[str, tuple[MigInstance, ...]]
 
 
-def _to_usage(
-    amounts: Mapping[str, Amount], vendors: Mapping[str, str]
-) -> tuple[DeviceUsage, ...]:
-    # Every collapsed entry holds at least one slot (HAMi #2623).
+def _vendors(containers: Iterable[Container]) -> _Labels:
+    vendors: dict[str, str] = {}
+    instances: dict[str, set[MigInstance]] = {}
+    for container in containers:
+        for grant in container.grants:
+            vendors[grant.uuid] = grant.vendor
+            if grant.mig is not None:
+                instances.setdefault(grant.uuid, set()).add(grant.mig)
+    return _Labels(vendors, {uuid: tuple(sorted(held)) for uuid, held in instances.items()})
+
+
+def _to_usage(amounts: Mapping[str, Amount], labels: _Labels) -> tuple[DeviceUsage, ...]:
+    """Usage entries sorted by UUID. Every collapsed entry holds at least one slot (HAMi
+    #2623). A MIG instance stays held for the pod's whole life, as HAMi's device plugin keeps
+    it while the pod exists: a card where only a finished init container had one keeps an
+    entry holding the instance, with nothing else charged but its slot."""
+    vendors, instances = labels.vendors, labels.instances
+    if instances:
+        amounts = {**{uuid: ZERO for uuid in instances}, **amounts}
     return tuple(
-        DeviceUsage(uuid, vendors[uuid], a.memory_mib, a.core_percent, max(a.slots, 1))
+        DeviceUsage(
+            uuid,
+            vendors[uuid],
+            a.memory_mib,
+            a.core_percent,
+            max(a.slots, 1),
+            instances.get(uuid, ()),
+        )
         for uuid, a in sorted(amounts.items())
     )
 
@@ -236,6 +276,14 @@ class EffectiveRequest:
     def is_empty(self) -> bool:
         """True when the pod asks for nothing of the vendor."""
         return self.count == 0 and self.memory_mib == 0 and self.core_percent == 0
+
+
+def vendors_asked(pod: Pod, vendors: Sequence[VendorResources]) -> tuple[VendorResources, ...]:
+    """The vendors (in ``vendors``' order) some container of the pod asks devices of; the
+    first vendor alone when it asks for none (its answer is then "no device")."""
+    asked = {r.vendor for c in pod.containers for r in c.requests if r.count > 0}
+    chosen = tuple(v for v in vendors if v.vendor in asked)
+    return chosen or tuple(vendors[:1])
 
 
 def effective_request(pod: Pod, vendor: VendorResources = NVIDIA_RESOURCES) -> EffectiveRequest:

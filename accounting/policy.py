@@ -9,18 +9,23 @@ from there, so the three never answer under different rules.
 
 A policy is identified by ``policy_id``, a fingerprint of its content: two daemons holding the
 same id hold the same rules, and an answer that names the id it was computed under can be
-checked against the recorder's.
+checked against the recorder's. The fingerprint covers each vendor's whole table entry
+(``accounting.vendors``), not only the configured part, so daemons built with different vendor
+tables never take each other's policy for their own.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
+from accounting import vendors as vendor_table
 from accounting.errors import Violations
 from accounting.validate import INT32_MAX, MAX_MEMORY_FACTOR
+from accounting.vendor_spec import VendorSpec
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 
 
@@ -30,8 +35,9 @@ class AccountingPolicy:
     state.
 
     Raises (on construction):
-        InvalidInputError: no vendor, a vendor keyword or resource name used twice, or a
-            factor, default or name out of range, each field named.
+        InvalidInputError: no vendor, a vendor the vendor table does not have, a vendor keyword
+            or resource name used twice, a memory factor HAMi fixes changed, or a factor,
+            default or name out of range, each field named.
     """
 
     vendors: tuple[VendorResources, ...] = (NVIDIA_RESOURCES,)
@@ -56,6 +62,19 @@ class AccountingPolicy:
                 return vendor
         return None
 
+    @property
+    def specs(self) -> tuple[VendorSpec, ...]:
+        """The vendors' table entries with this policy's names and defaults, in policy order."""
+        return vendor_table.specs_for(self.vendors)
+
+    def spec(self, name: str) -> VendorSpec | None:
+        """The table entry of vendor ``name`` with this policy's names and defaults, or None
+        when the policy does not account that vendor."""
+        for spec in self.specs:
+            if spec.vendor == name:
+                return spec
+        return None
+
     def describe(self) -> str:
         """One line for logs and ``explain``, e.g. ``NVIDIA (memory factor 1), GPU count
         enforced``."""
@@ -70,6 +89,14 @@ class AccountingPolicy:
         return f"{vendors}, {count}"
 
 
+_RESOURCE_FIELDS = (
+    "count_resource",
+    "memory_resource",
+    "memory_percentage_resource",
+    "core_resource",
+)
+
+
 def _validate(vendors: Sequence[VendorResources]) -> None:
     found = Violations()
     if not vendors:
@@ -78,15 +105,23 @@ def _validate(vendors: Sequence[VendorResources]) -> None:
     resources: dict[str, str] = {}
     for index, vendor in enumerate(vendors):
         path = f"vendors[{index}]"
+        entry = vendor_table.find(vendor.vendor)
         if not vendor.vendor:
             found.add(f"{path}.vendor", "must not be empty")
+        elif entry is None:
+            found.add(f"{path}.vendor", f"{vendor.vendor!r} is not a vendor HAMi schedules; "
+                                        f"known: {', '.join(vendor_table.known())}")
         elif vendor.vendor in keywords:
             first = keywords[vendor.vendor]
             found.add(f"{path}.vendor", f"{vendor.vendor!r} is also vendors[{first}]")
         keywords.setdefault(vendor.vendor, index)
-        for name in ("count_resource", "memory_resource", "memory_percentage_resource",
-                     "core_resource"):
+        for name in _RESOURCE_FIELDS:
             resource: str = getattr(vendor, name)
+            # A dimension the vendor does not have stays absent; the count always exists.
+            if not resource and name != "count_resource" and (
+                entry is None or not getattr(entry.resources, name)
+            ):
+                continue
             if "/" not in resource.strip("/"):
                 found.add(f"{path}.{name}", f"must be a domain-qualified resource name such as "
                           f"nvidia.com/gpu, got {resource!r}")
@@ -96,6 +131,14 @@ def _validate(vendors: Sequence[VendorResources]) -> None:
         if not 1 <= vendor.memory_factor <= MAX_MEMORY_FACTOR:
             found.add(f"{path}.memory_factor",
                       f"must be between 1 and {MAX_MEMORY_FACTOR}, got {vendor.memory_factor}")
+        elif (
+            entry is not None
+            and entry.memory_factor_fixed
+            and vendor.memory_factor != entry.resources.memory_factor
+        ):
+            found.add(f"{path}.memory_factor",
+                      f"{entry.title}'s memory unit is fixed at {entry.resources.memory_factor} "
+                      f"MiB in HAMi, got {vendor.memory_factor}")
         if not 0 <= vendor.default_memory_mib <= INT32_MAX:
             found.add(f"{path}.default_memory_mib",
                       f"must be between 0 and {INT32_MAX}, got {vendor.default_memory_mib}")
@@ -110,13 +153,45 @@ def _validate(vendors: Sequence[VendorResources]) -> None:
 
 def _fingerprint(policy: AccountingPolicy) -> str:
     content = {
-        "vendors": [asdict(vendor) for vendor in policy.vendors],
+        "vendors": [asdict(spec) for spec in policy.specs],
         "enforce_gpu_count": policy.enforce_gpu_count,
     }
-    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), default=_plain)
     return "p-" + hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
+def _plain(value: object) -> object:
+    if isinstance(value, enum.Enum):
+        return value.value
+    raise TypeError(f"not JSON: {value!r}")
+
+
+def policy_for(
+    vendors: Sequence[str] | None = None,
+    *,
+    memory_factor: int = 1,
+    enforce_gpu_count: bool = True,
+) -> AccountingPolicy:
+    """A policy over vendor table entries by keyword (HAMi's chart defaults when None), with
+    NVIDIA's memory factor set (the one HAMi's configuration changes in practice).
+
+    Raises:
+        InvalidInputError: a keyword the table does not have, or a factor out of range.
+    """
+    keywords = (
+        tuple(v.vendor for v in vendor_table.DEFAULT_VENDORS) if vendors is None else vendors
+    )
+    resources = []
+    for keyword in keywords:
+        entry = vendor_table.spec_for(keyword).resources
+        if keyword == NVIDIA_RESOURCES.vendor:
+            entry = replace(entry, memory_factor=memory_factor)
+        resources.append(entry)
+    return AccountingPolicy(tuple(resources), enforce_gpu_count=enforce_gpu_count)
+
+
 DEFAULT_POLICY = AccountingPolicy()
-"""HAMi's defaults: NVIDIA's resource names, memory factor 1, no default memory or cores, one
-device for a container that sizes a GPU without counting, and the count enforced where set."""
+"""NVIDIA alone with HAMi's defaults: its resource names, memory factor 1, no default memory or
+cores, one device for a container that sizes a GPU without counting, and the count enforced
+where set. (The recorder's default accounts every vendor HAMi's chart turns on:
+``policy_for()``.)"""

@@ -7,6 +7,8 @@ HAMi's spelling (pkg/device/common), so operators read the same words from both 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from accounting.amount import Amount, Dimension
 
 # -- why one card refuses one container (the fit, and Reserve's capacity re-check) -------------
@@ -26,6 +28,26 @@ CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
 """A share-only task on a card whose compute is fully given away."""
 ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
 """Counts the devices that did pass when too few did (HAMi counts the cards it had picked)."""
+CARD_MIG_TOPOLOGY_INFEASIBLE = "CardMigTopologyInfeasible"
+"""A MIG-mode card has no instance of the card's profiles left that holds the request."""
+CARD_NOT_FOUND_CUSTOM_FILTER_RULE = "CardNotFoundCustomFilterRule"
+"""A vendor's own rule refuses the card (Metax GPU, Moore Threads: every container of a pod on
+one device)."""
+NUMA_NOT_FIT = "NumaNotFit"
+"""A vendor's topology rule finds no set of devices (Kunlun, AWS Neuron: counted once)."""
+MODE_NOT_FIT = "ModeNotFit"
+"""The pod asks a sharing mode the node does not offer (Ascend hami-core), or no profile fits
+(Enflame DRS); counted once for the node."""
+CARD_UNHEALTHY = "CardUnhealthy"
+"""Metax sGPU's word for CardNotHealth (HAMi's Metax backend has its own)."""
+CARD_QOS_POLICY_MISMATCH = "CardQosPolicyMismatch"
+"""Metax sGPU: a used sGPU runs tasks of another QoS policy."""
+CARD_MODE_UNSUPPORTED = "CardModeUnsupported"
+"""Ours: the card registers a sharing mode the accounting does not model (NVIDIA: anything but
+hami-core, mps and mig), so nothing is placed on it rather than charged by a wrong rule."""
+VENDOR_RULE_NOT_MODELLED = "VendorRuleNotModelled"
+"""Ours: the vendor's devices on the node need a fit rule HAMi has and the accounting does not
+model (named in the message), so the node is refused rather than fitted by the generic rule."""
 
 CARD_CAPACITY_ORDER = (Dimension.SLOTS, Dimension.MEMORY, Dimension.CORES)
 """The order HAMi's Fit checks a card's capacity in; the first short dimension names the
@@ -42,6 +64,13 @@ def card_shortfall(need: Amount, free: Amount) -> Dimension | None:
     a card has ``free``, or None when it fits."""
     short = need.over(free, CARD_CAPACITY_ORDER)
     return short[0] if short else None
+
+
+def format_reasons(counts: Mapping[str, int], devices_total: int) -> str:
+    """HAMi's aggregated reason: "<count>/<devices> <Reason>" per reason, sorted, ", "-joined."""
+    return ", ".join(
+        sorted(f"{count}/{devices_total} {reason}" for reason, count in counts.items())
+    )
 
 # -- why a node refuses a pod ------------------------------------------------------------------
 
@@ -67,6 +96,8 @@ GPU_COUNT_QUOTA_EXCEEDED = "GpuCountQuotaExceeded"
 # -- Reserve -----------------------------------------------------------------------------------
 
 RESERVED = "Reserved"
+MIG_PLACEMENT_TAKEN = "MigPlacementTaken"
+"""Reserve: a MIG instance of the grants overlaps one another pod holds on the card."""
 NO_GRANTS = "NoGrants"
 """Reserve was given a pod without grants."""
 POD_FORGOTTEN = "PodForgotten"

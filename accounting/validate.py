@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+from accounting import vendors as vendor_table
 from accounting.errors import InvalidInputError, Violations
 from accounting.model import Container, ContainerStatus, Device, DeviceGrant, DeviceRequest, Pod
 
@@ -223,7 +224,10 @@ def check_grant(found: Violations, grant: DeviceGrant, path: str) -> None:
     check_wire_text(found, path, "uuid", grant.uuid, required=True)
     check_wire_text(found, path, "device_type", grant.vendor, required=False)
     check_range(found, path, "memory_mib", grant.memory_mib)
-    check_range(found, path, "core_percent", grant.core_percent, high=100)
+    # Percent for most vendors; compute units (AMD) and core masks (AWS Neuron) go higher.
+    spec = vendor_table.find(grant.vendor)
+    core_max = spec.core_max if spec is not None else 100
+    check_range(found, path, "core_percent", grant.core_percent, high=core_max or INT32_MAX)
     check_range(found, path, "slots", grant.slots, high=MAX_GRANT_SLOTS)
 
 
@@ -262,6 +266,7 @@ def _check_request(found: Violations, request: DeviceRequest, path: str) -> None
     check_range(found, path, "memory_mib", request.memory_mib)
     check_range(found, path, "memory_percent", request.memory_percent, high=100)
     check_range(found, path, "core_percent", request.core_percent, high=100)
+    check_range(found, path, "slices", request.slices, high=MAX_GRANT_SLOTS)
 
 
 def _check_statuses(

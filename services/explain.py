@@ -47,8 +47,8 @@ from accounting.explain import (
 )
 from accounting.kube_pod import DEFAULT_NAMESPACE, parse_pod
 from accounting.model import DeviceRequest
-from accounting.policy import DEFAULT_POLICY, AccountingPolicy
-from accounting.vendors import NVIDIA_RESOURCES, VendorResources
+from accounting.policy import AccountingPolicy, policy_for
+from accounting.vendors import NVIDIA_RESOURCES
 from services.common.config import ConfigError, TlsConfig
 from services.common.errors import DependencyUnavailableError
 from services.common.policy import RecorderPolicy
@@ -379,8 +379,8 @@ def _policy_from(args: argparse.Namespace) -> tuple[AccountingPolicy, str]:
     """
     if args.usage_addr is None:
         if args.memory_factor is None:
-            return DEFAULT_POLICY, "defaults; --usage-addr reads the recorder's"
-        policy = AccountingPolicy((VendorResources(memory_factor=args.memory_factor),))
+            return policy_for(), "defaults; --usage-addr reads the recorder's"
+        policy = policy_for(memory_factor=args.memory_factor)
         return policy, "defaults with --memory-factor; --usage-addr reads the recorder's"
     with client_channel(args.usage_addr, tls=TlsConfig.from_env(os.environ)) as channel:
         policy = RecorderPolicy(channel, args.usage_addr, service="explain").refresh()

@@ -29,7 +29,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from accounting.model import TRACEPARENT_ANNOTATION, Pod
-from accounting.pod import EffectiveRequest, effective_request
+from accounting.pod import EffectiveRequest, effective_request, vendors_asked
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
 from accounting.quota import QuotaDecision, check_requests
 from accounting.vendors import VendorResources
@@ -178,7 +178,10 @@ class QuotaChecker:
     ) -> QuotaOutcome:
         with _pod_trace_span(self._tracer, pod, via) as span:
             effective = (
-                tuple(effective_request(pod, vendor) for vendor in policy.vendors)
+                tuple(
+                    effective_request(pod, vendor)
+                    for vendor in vendors_asked(pod, policy.vendors)
+                )
                 if policy is not None
                 else ()
             )

@@ -54,7 +54,7 @@ DEFAULT_PORTS: Mapping[str, ServicePorts] = {
 # Where admission and scheduler find the usage recorder unless HAMI_ACCOUNTING_USAGE_ADDR says.
 DEFAULT_USAGE_ADDR = f"127.0.0.1:{DEFAULT_PORTS['usage'].grpc}"
 
-RECORDER_SETTINGS = ("MEMORY_FACTOR", "ENFORCE_GPU_COUNT")
+RECORDER_SETTINGS = ("MEMORY_FACTOR", "ENFORCE_GPU_COUNT", "VENDORS")
 """Variables of the accounting policy: the usage recorder's configuration, which the admission
 and scheduler daemons take from the recorder (services.common.policy)."""
 

@@ -23,6 +23,9 @@ from accounting.model import (
     DeviceRequest,
     DeviceState,
     DeviceUsage,
+    MigInstance,
+    MigPlacement,
+    MigProfile,
     Pod,
     PodPhase,
     QuotaItem,
@@ -295,7 +298,9 @@ def _same(*names: str) -> _Fields:
     return tuple((name, name) for name in names)
 
 
-_REQUEST_FIELDS = _same("vendor", "count", "memory_mib", "memory_percent", "core_percent")
+_REQUEST_FIELDS = _same(
+    "vendor", "count", "memory_mib", "memory_percent", "core_percent", "slices"
+)
 # The wire keeps HAMi's word for the annotation's TYPE field and proto's first names; the
 # domain names say what they hold: the vendor on grants and usage, the model on a device, and
 # the unit of every number.
@@ -329,7 +334,7 @@ def request_from_pb(pb: types_pb2.DeviceRequest) -> DeviceRequest:
 
 def request_to_pb(request: DeviceRequest) -> types_pb2.DeviceRequest:
     fields = _to_wire(request, _REQUEST_FIELDS)
-    if request.memory_from_default:
+    if request.memory_unscaled:
         # On the wire, no memory and no percentage is the policy's default: the reader sizes it.
         fields["memory_mib"] = 0
     return types_pb2.DeviceRequest(**fields)
@@ -339,11 +344,55 @@ def request_to_pb(request: DeviceRequest) -> types_pb2.DeviceRequest:
 
 
 def grant_from_pb(pb: types_pb2.DeviceGrant) -> DeviceGrant:
-    return DeviceGrant(**_from_wire(pb, _GRANT_FIELDS))
+    fields = _from_wire(pb, _GRANT_FIELDS)
+    if pb.HasField("mig"):
+        fields["mig"] = mig_instance_from_pb(pb.mig)
+    return DeviceGrant(**fields)
 
 
 def grant_to_pb(grant: DeviceGrant) -> types_pb2.DeviceGrant:
-    return types_pb2.DeviceGrant(**_to_wire(grant, _GRANT_FIELDS))
+    pb = types_pb2.DeviceGrant(**_to_wire(grant, _GRANT_FIELDS))
+    if grant.mig is not None:
+        pb.mig.CopyFrom(mig_instance_to_pb(grant.mig))
+    return pb
+
+
+def mig_placement_from_pb(pb: types_pb2.MigPlacement) -> MigPlacement:
+    return MigPlacement(pb.start, pb.size)
+
+
+def mig_placement_to_pb(placement: MigPlacement) -> types_pb2.MigPlacement:
+    return types_pb2.MigPlacement(start=placement.start, size=placement.size)
+
+
+def mig_instance_from_pb(pb: types_pb2.MigInstance) -> MigInstance:
+    return MigInstance(pb.profile, mig_placement_from_pb(pb.placement))
+
+
+def mig_instance_to_pb(instance: MigInstance) -> types_pb2.MigInstance:
+    return types_pb2.MigInstance(
+        profile=instance.profile, placement=mig_placement_to_pb(instance.placement)
+    )
+
+
+def mig_profile_from_pb(pb: types_pb2.MigProfile) -> MigProfile:
+    return MigProfile(
+        pb.name,
+        pb.memory_mib,
+        pb.core_percent,
+        pb.slice_count,
+        tuple(mig_placement_from_pb(p) for p in pb.placements),
+    )
+
+
+def mig_profile_to_pb(profile: MigProfile) -> types_pb2.MigProfile:
+    return types_pb2.MigProfile(
+        name=profile.name,
+        memory_mib=profile.memory_mib,
+        core_percent=profile.core_percent,
+        slice_count=profile.slice_count,
+        placements=[mig_placement_to_pb(p) for p in profile.placements],
+    )
 
 
 def grants_from_pb(
@@ -397,11 +446,16 @@ def container_grants_to_pb(
 
 
 def usage_from_pb(pb: types_pb2.DeviceUsage) -> DeviceUsage:
-    return DeviceUsage(**_from_wire(pb, _USAGE_FIELDS))
+    return DeviceUsage(
+        **_from_wire(pb, _USAGE_FIELDS), mig=tuple(mig_instance_from_pb(m) for m in pb.mig)
+    )
 
 
 def usage_to_pb(usage: DeviceUsage) -> types_pb2.DeviceUsage:
-    return types_pb2.DeviceUsage(**_to_wire(usage, _USAGE_FIELDS))
+    pb = types_pb2.DeviceUsage(**_to_wire(usage, _USAGE_FIELDS))
+    if usage.mig:
+        pb.mig.extend(mig_instance_to_pb(m) for m in usage.mig)
+    return pb
 
 
 def usages_to_pb(usages: Iterable[DeviceUsage]) -> list[types_pb2.DeviceUsage]:
@@ -417,11 +471,25 @@ def device_from_pb(pb: types_pb2.Device | types_pb2.DeviceState) -> Device:
     fields = _from_wire(pb, _DEVICE_FIELDS)
     fields["mode"] = pb.mode or DEFAULT_DEVICE_MODE
     fields["vendor"] = pb.vendor or NVIDIA
+    if pb.mig_profiles:
+        fields["mig_profiles"] = tuple(mig_profile_from_pb(p) for p in pb.mig_profiles)
+    if pb.custom_info:
+        fields["custom_info"] = tuple(sorted(pb.custom_info.items()))
     return Device(**fields)
 
 
+def _device_extras(device: Device) -> dict[str, Any]:
+    """The repeated and map fields of a device message, only when set (cheap for most)."""
+    extras: dict[str, Any] = {}
+    if device.mig_profiles:
+        extras["mig_profiles"] = [mig_profile_to_pb(p) for p in device.mig_profiles]
+    if device.custom_info:
+        extras["custom_info"] = dict(device.custom_info)
+    return extras
+
+
 def device_to_pb(device: Device) -> types_pb2.Device:
-    return types_pb2.Device(**_to_wire(device, _DEVICE_FIELDS))
+    return types_pb2.Device(**_to_wire(device, _DEVICE_FIELDS), **_device_extras(device))
 
 
 def devices_from_inventory_pb(
@@ -442,8 +510,12 @@ def devices_from_inventory_pb(
     return devices
 
 
-def node_from_source(request: usage_pb2.RegisterNodeRequest) -> kube_node.NodeRegistration:
-    """RegisterNode's node: typed inventory or Kubernetes Node JSON, validated.
+def node_from_source(
+    request: usage_pb2.RegisterNodeRequest,
+    vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
+) -> kube_node.NodeRegistration:
+    """RegisterNode's node: typed inventory or Kubernetes Node JSON (every one of ``vendors``'
+    devices read from it), validated.
 
     ``node_name`` wins when set; with JSON it may be empty and ``metadata.name`` is used.
 
@@ -452,7 +524,7 @@ def node_from_source(request: usage_pb2.RegisterNodeRequest) -> kube_node.NodeRe
     """
     kind = request.WhichOneof("node_source")
     if kind == "kubernetes_node_json":
-        node = kube_node.parse_node_json(request.kubernetes_node_json)
+        node = kube_node.parse_node_json(request.kubernetes_node_json, vendors)
         return kube_node.NodeRegistration(request.node_name or node.node_name, node.devices)
     if kind == "inventory":
         found = Violations()
@@ -482,18 +554,25 @@ def saturated(value: int, high: int = validate.INT64_MAX) -> int:
 
 
 def device_state_to_pb(state: DeviceState) -> types_pb2.DeviceState:
+    extras = _device_extras(state.device)
+    if state.mig_in_use:
+        extras["mig_in_use"] = [mig_placement_to_pb(p) for p in state.mig_in_use]
     return types_pb2.DeviceState(
         **_to_wire(state.device, _DEVICE_FIELDS),
         # Totals over pods are saturated at the wire field's maximum (never wrapped).
         memory_used_mib=saturated(state.memory_used_mib),
         cores_used=saturated(state.core_percent_used, validate.INT32_MAX),
         slots_used=saturated(state.slots_used, validate.INT32_MAX),
+        **extras,
     )
 
 
 def device_state_from_pb(pb: types_pb2.DeviceState) -> DeviceState:
     """The inverse of ``device_state_to_pb``, for clients of GetNodeUsage/WatchUsage."""
-    return DeviceState(device_from_pb(pb), **_from_wire(pb, _DEVICE_STATE_FIELDS))
+    fields = _from_wire(pb, _DEVICE_STATE_FIELDS)
+    if pb.mig_in_use:
+        fields["mig_in_use"] = tuple(mig_placement_from_pb(p) for p in pb.mig_in_use)
+    return DeviceState(device_from_pb(pb), **fields)
 
 
 def node_usage_to_pb(

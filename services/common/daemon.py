@@ -85,6 +85,7 @@ USAGE_ADDR_FLAG = Flag(
 RECORDER_SETTING_FLAGS = (
     Flag("--memory-factor", "MEMORY_FACTOR", argparse.SUPPRESS),
     Flag("--enforce-gpu-count", "ENFORCE_GPU_COUNT", argparse.SUPPRESS),
+    Flag("--vendors", "VENDORS", argparse.SUPPRESS),
 )
 """Flags of the recorder's accounting policy, hidden on the other daemons: given there, they
 are refused like their variables (``config.recorder_settings_problems``), naming where they

@@ -11,19 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from accounting import hami_codec
-from accounting.annotations import (
-    DEVICES_ALLOCATED_ANNOTATION,
-    DEVICES_TO_ALLOCATE_ANNOTATION,
-    VGPU_NODE_ANNOTATION,
-    VGPU_TIME_ANNOTATION,
-)
+from accounting.allocation import allocation_annotations
+from accounting.annotations import VGPU_NODE_ANNOTATION, VGPU_TIME_ANNOTATION
 from accounting.errors import InvalidInputError, Violations
 from accounting.fit import FitResult, NodeState, QuotaContext
-from accounting.model import DeviceGrant, DeviceUsage, Pod
+from accounting.model import Device, DeviceGrant, DeviceUsage, Pod
 from accounting.reasons import NODE_UNREGISTERED
 from accounting.validate import quote
-from accounting.vendors import NVIDIA_RESOURCES, VendorResources
+from accounting.vendor_spec import VendorSpec
+from accounting.vendors import NVIDIA_RESOURCES, NVIDIA_SPEC, VendorResources
 from hami.accounting.v1 import scheduler_pb2, types_pb2, usage_pb2
 from services.common import convert as common
 
@@ -241,20 +237,35 @@ def released_from_pb(response: usage_pb2.ReleaseReservationResponse) -> Released
 # -- the Filter response -----------------------------------------------------------------------
 
 
-def hami_annotations(grants: PodDevices, node_name: str, unix_s: int) -> dict[str, str]:
+def hami_annotations(
+    grants: PodDevices,
+    node_name: str,
+    unix_s: int,
+    *,
+    specs: Sequence[VendorSpec] = (NVIDIA_SPEC,),
+    devices: Mapping[str, Device] | None = None,
+    pod: Pod | None = None,
+) -> dict[str, str]:
     """The annotations HAMi's Filter patches onto a placed pod, byte for byte.
 
-    ``hami.io/vgpu-devices-allocated`` and ``hami.io/vgpu-devices-to-allocate`` get the same
-    string (the device plugin later empties entries of the second as it hands devices out); a
-    GPU-less container still writes its ``;`` so every later position stays on its own GPU.
+    Each vendor with a grant writes its allocation annotation(s) (for NVIDIA
+    ``hami.io/vgpu-devices-allocated`` and ``hami.io/vgpu-devices-to-allocate``, the same
+    string: the device plugin later empties entries of the second as it hands devices out) and
+    what its device plugin reads besides (``accounting.allocation``); a container without a
+    device still writes its ``;`` so every later position stays on its own device.
     """
-    devices = hami_codec.encode_pod_devices(grants)
-    return {
-        DEVICES_ALLOCATED_ANNOTATION: devices,
-        DEVICES_TO_ALLOCATE_ANNOTATION: devices,
-        VGPU_NODE_ANNOTATION: node_name,
-        VGPU_TIME_ANNOTATION: str(unix_s),
-    }
+    written = allocation_annotations(
+        grants,
+        specs,
+        devices or {},
+        node_name=node_name,
+        unix_s=unix_s,
+        annotations=pod.annotations if pod is not None else {},
+        container_names=[c.name for c in pod.containers] if pod is not None else (),
+    )
+    written[VGPU_NODE_ANNOTATION] = node_name
+    written[VGPU_TIME_ANNOTATION] = str(unix_s)
+    return written
 
 
 def failed_nodes(fit: FitResult, unregistered: Sequence[str]) -> dict[str, str]:

@@ -69,7 +69,7 @@ from accounting.fit import (
     no_device_asked,
     pod_requests_devices,
 )
-from accounting.model import Pod
+from accounting.model import Device, Pod
 from accounting.policy import AccountingPolicy
 from accounting.reasons import (
     NO_GPU_REQUEST,
@@ -81,7 +81,7 @@ from accounting.reasons import (
     RESERVATION_CONFLICT,
     SCHEDULED,
 )
-from accounting.vendors import NVIDIA, VendorResources
+from accounting.vendors import VendorResources
 from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc, usage_pb2, usage_pb2_grpc
 from services.common import convert as common
 from services.common import telemetry
@@ -406,7 +406,7 @@ class PodPlacer:
         return fit_pod(
             pod,
             nodes,
-            vendor=fitted_vendor(policy),
+            vendors=policy.vendors,
             node_policy=self._node_policy,
             gpu_policy=self._gpu_policy,
             quota=QuotaContext(quota.items, enforce_gpu_count=policy.enforce_gpu_count),
@@ -435,12 +435,8 @@ class PodPlacer:
         policy: AccountingPolicy | None,
         view: _StartView,
     ) -> FilterOutcome:
-        if policy is None or not pod_requests_devices(pod, fitted_vendor(policy)):
-            pass_through = (
-                no_device_asked(pod)
-                if policy is None
-                else no_device_asked(pod, f"{fitted_vendor(policy).vendor} device")
-            )
+        if policy is None or not pod_requests_devices(pod, vendors=policy.vendors):
+            pass_through = no_device_asked(pod)
             return FilterOutcome(
                 pass_through,
                 NO_GPU_REQUEST,
@@ -506,7 +502,14 @@ class PodPlacer:
                     unknown,
                     reservation,
                     attempt,
-                    convert.hami_annotations(fit.grants, fit.node_name, int(self._clock())),
+                    convert.hami_annotations(
+                        fit.grants,
+                        fit.node_name,
+                        int(self._clock()),
+                        specs=policy.specs,
+                        devices=_devices_of(nodes, fit.node_name),
+                        pod=pod,
+                    ),
                     policy.policy_id,
                 )
             if reservation.reason in (RESERVATION_CHANGED, POD_FORGOTTEN):
@@ -646,10 +649,12 @@ class _StartView:
         return self._value
 
 
-def fitted_vendor(policy: AccountingPolicy) -> VendorResources:
-    """The vendor the fit places devices for: the policy's NVIDIA entry (accounting.fit models
-    NVIDIA's device choice), else its first vendor."""
-    return policy.vendor(NVIDIA) or policy.vendors[0]
+def _devices_of(nodes: Sequence[NodeState], node_name: str) -> dict[str, Device]:
+    """The chosen node's devices by UUID (the annotations name their indexes and models)."""
+    for node in nodes:
+        if node.node_name == node_name:
+            return {state.device.uuid: state.device for state in node.devices}
+    return {}
 
 
 # -- gRPC --------------------------------------------------------------------------------------

@@ -358,6 +358,9 @@ SPEC: DaemonSpec[UsageConfig, UsageRecorder] = DaemonSpec(
              "incomplete, set it aside and start empty for the Kubernetes re-list to rebuild "
              "(=rebuild-from-kubernetes)",
              {"action": "store_const", "const": ON_DAMAGE_REBUILD}),
+        Flag("--vendors", "VENDORS", "vendors accounted, for every daemon: keywords of the "
+             "vendor table, default (HAMi's chart: all but Ascend and Iluvatar) or all; "
+             "default default", {"metavar": "LIST"}),
     ),
     read_config=UsageConfig.from_env,
     start=lambda config, tracer_provider: start(config, tracer_provider=tracer_provider),

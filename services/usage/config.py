@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from accounting.policy import AccountingPolicy
+from accounting.policy import AccountingPolicy, policy_for
 from accounting.validate import MAX_MEMORY_FACTOR
-from accounting.vendors import VendorResources
+from accounting.vendors import ALL_VENDORS, DEFAULT_VENDORS, known
 from services.common.config import (
     CommonConfig,
     env_bool,
@@ -77,6 +77,10 @@ class UsageConfig:
     """Enforce ``limits.nvidia.com/gpu`` where a namespace sets it
     (HAMI_ACCOUNTING_ENFORCE_GPU_COUNT, default true; HAMi has no count quota, ``false``
     restores its behaviour). Part of the published accounting policy."""
+    vendors: tuple[str, ...] = tuple(v.vendor for v in DEFAULT_VENDORS)
+    """The vendors accounted, by keyword (HAMI_ACCOUNTING_VENDORS: a comma-separated list of
+    keywords from the vendor table, ``default`` for those HAMi's chart turns on without a flag
+    — every vendor but Ascend and Iluvatar — or ``all``). Part of the published policy."""
     journal_sync: str = "normal"
     """SQLite ``synchronous`` of the journal: ``normal`` survives a process kill, ``full`` also
     a power loss, one fsync per write (HAMI_ACCOUNTING_JOURNAL_SYNC)."""
@@ -96,9 +100,11 @@ class UsageConfig:
 
     @property
     def policy(self) -> AccountingPolicy:
-        """The accounting policy this recorder decides under and publishes."""
-        return AccountingPolicy(
-            (VendorResources(memory_factor=self.memory_factor),),
+        """The accounting policy this recorder decides under and publishes: the vendors' table
+        entries, NVIDIA's with the configured memory factor."""
+        return policy_for(
+            self.vendors,
+            memory_factor=self.memory_factor,
             enforce_gpu_count=self.enforce_gpu_count,
         )
 
@@ -137,6 +143,7 @@ class UsageConfig:
             env, "MEMORY_FACTOR", 1, problems=problems, minimum=1, maximum=MAX_MEMORY_FACTOR
         )
         enforce_gpu_count = env_bool(env, "ENFORCE_GPU_COUNT", True, problems=problems)
+        vendors = _vendors(env_str(env, "VENDORS", DEFAULT, problems=problems), problems)
         journal_sync = env_choice(
             env, "JOURNAL_SYNC", SYNCHRONOUS_MODES, "normal", problems=problems
         )
@@ -164,7 +171,34 @@ class UsageConfig:
             identity=identity,
             memory_factor=memory_factor,
             enforce_gpu_count=enforce_gpu_count,
+            vendors=vendors,
             journal_sync=journal_sync,
             max_watch_streams=max_watch_streams,
             journal_on_damage=journal_on_damage,
         )
+
+
+DEFAULT = "default"
+"""HAMI_ACCOUNTING_VENDORS: the vendors HAMi's chart schedules without a flag."""
+ALL = "all"
+
+
+def _vendors(value: str, problems: list[str]) -> tuple[str, ...]:
+    """The keywords of HAMI_ACCOUNTING_VENDORS, in the table's order, each once."""
+    words = [word.strip() for word in value.split(",") if word.strip()]
+    chosen: set[str] = set()
+    for word in words:
+        if word.lower() == DEFAULT:
+            chosen.update(v.vendor for v in DEFAULT_VENDORS)
+        elif word.lower() == ALL:
+            chosen.update(v.vendor for v in ALL_VENDORS)
+        elif word in known():
+            chosen.add(word)
+        else:
+            problems.append(
+                f"{env_name('VENDORS')}: {word!r} is not a vendor HAMi schedules; use "
+                f"{DEFAULT}, {ALL} or keywords from: {', '.join(known())}"
+            )
+    if not chosen and not problems:
+        problems.append(f"{env_name('VENDORS')} names no vendor")
+    return tuple(vendor for vendor in known() if vendor in chosen)

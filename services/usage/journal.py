@@ -15,9 +15,11 @@ transaction).
 
 Schema versions. Version 1 had no revision columns and no tombstones, and its first builds had
 no ``init_progress``, ``init_restarts`` and ``traceparent`` either; version 2 had no checksums
-and no journal id. An older file is migrated to version 3 in place, in one transaction, when it
-is opened (missing columns are added with their defaults, checksums computed for the rows it
-holds; node inventories version 1 wrote as JSON objects are read as they are, and written as
+and no journal id; version 3 had no optional fields in its usage and device arrays (version 4:
+MIG instances on usage, MIG profiles and vendor facts on devices). An older file is migrated
+to version 4 in place, in one transaction, when it is opened (missing columns are added with
+their defaults, checksums computed for the rows it holds; a version-3 file's rows stay as they
+are; node inventories version 1 wrote as JSON objects are read as they are, and written as
 arrays when the node changes). A file of any other version is refused, and so is a newer file by
 an older build: going back means moving the file away.
 
@@ -47,8 +49,9 @@ survives power loss, at the price of one fsync per write under the store lock.
 Encoding is chosen for a fast, compact recovery (100,000 pods well under 3 s): one SELECT per
 table read row by row (no list of every row held at once: its temporaries would stay in the
 process's resident memory), usage as a compact JSON array of ``[uuid, type, memory_mib,
-core_percent, slots]`` decoded straight into the ledger's final objects: strings interned, equal
-usage texts sharing one tuple, repeated quantities sharing one int.
+core_percent, slots]`` (and the MIG instances held, when there are any) decoded straight into
+the ledger's final objects: strings interned, equal usage texts sharing one tuple, repeated
+quantities sharing one int.
 """
 
 from __future__ import annotations
@@ -70,13 +73,13 @@ from pathlib import Path
 from typing import Any
 
 from accounting.lifecycle import StoredPod
-from accounting.model import Device, DeviceUsage
+from accounting.model import Device, DeviceUsage, MigInstance, MigPlacement, MigProfile
 from services.usage.watermark import Mark, Watermark, WatermarkError, watermark_path
 
 _LOG = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
-"""The layout this build writes; versions 1 and 2 are migrated at open, any other is refused."""
+SCHEMA_VERSION = 4
+"""The layout this build writes; versions 1 to 3 are migrated at open, any other is refused."""
 JOURNAL_FILE_NAME = "usage.sqlite3"
 SYNCHRONOUS_MODES = ("normal", "full")
 ON_DAMAGE_REFUSE = "refuse"
@@ -310,22 +313,43 @@ _COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
 def encode_usage(usage: Iterable[DeviceUsage]) -> str:
-    """``[[uuid, type, memory_mib, core_percent, slots], ...]`` without spaces (what
+    """``[[uuid, type, memory_mib, core_percent, slots(, mig)], ...]`` without spaces (what
     ``json.dumps`` writes with compact separators; formatted directly because it runs on every
-    RecordPod)."""
+    RecordPod). ``mig``, ``[[profile, start, size], ...]``, only on an entry holding MIG
+    instances."""
     return (
         "["
         + ",".join(
             f"[{encode_basestring_ascii(u.uuid)},{encode_basestring_ascii(u.vendor)},"
-            f"{u.memory_mib:d},{u.core_percent:d},{u.slots:d}]"
+            f"{u.memory_mib:d},{u.core_percent:d},{u.slots:d}{_encode_instances(u.mig)}]"
             for u in usage
         )
         + "]"
     )
 
 
+def _encode_instances(instances: tuple[MigInstance, ...]) -> str:
+    if not instances:
+        return ""
+    return "," + _COMPACT.encode(
+        [[m.profile, m.placement.start, m.placement.size] for m in instances]
+    )
+
+
+def _decode_instances(rows: list[list[Any]]) -> tuple[MigInstance, ...]:
+    return tuple(
+        MigInstance(sys.intern(str(profile)), MigPlacement(start, size))
+        for profile, start, size in rows
+    )
+
+
 def decode_usage(text: str) -> tuple[DeviceUsage, ...]:
-    return tuple(DeviceUsage(str(e[0]), str(e[1]), e[2], e[3], e[4]) for e in json.loads(text))
+    return tuple(
+        DeviceUsage(
+            str(e[0]), str(e[1]), e[2], e[3], e[4], _decode_instances(e[5]) if len(e) > 5 else ()
+        )
+        for e in json.loads(text)
+    )
 
 
 class _UsageDecoder:
@@ -345,8 +369,9 @@ class _UsageDecoder:
             usage = self._by_text[text] = tuple(
                 [
                     DeviceUsage(intern(uuid), intern(vendor), share(memory_mib, memory_mib),
-                                share(core_percent, core_percent), share(slots, slots))
-                    for uuid, vendor, memory_mib, core_percent, slots in json.loads(text)
+                                share(core_percent, core_percent), share(slots, slots),
+                                *((_decode_instances(mig[0]),) if mig else ()))
+                    for uuid, vendor, memory_mib, core_percent, slots, *mig in json.loads(text)
                 ]
             )
         return usage
@@ -354,14 +379,34 @@ class _UsageDecoder:
 
 def encode_devices(devices: Iterable[Device]) -> str:
     """``[[uuid, model, index, slots_total, memory_total_mib, core_percent_total, numa, mode,
-    healthy, vendor], ...]``: arrays decode in half the time of objects (12,500 nodes of 8
-    devices: 0.25 s less at recovery). Version 1 wrote one object per device; both are read."""
+    healthy, vendor(, mig_profiles, custom_info)], ...]``: arrays decode in half the time of
+    objects (12,500 nodes of 8 devices: 0.25 s less at recovery). The last two only on a device
+    with MIG profiles or vendor facts. Version 1 wrote one object per device; both are read."""
     return _COMPACT.encode(
         [
             [d.uuid, d.model, d.index, d.slots_total, d.memory_total_mib, d.core_percent_total,
-             d.numa, d.mode, d.healthy, d.vendor]
+             d.numa, d.mode, d.healthy, d.vendor, *_device_extras(d)]
             for d in devices
         ]
+    )
+
+
+def _device_extras(device: Device) -> list[object]:
+    if not device.mig_profiles and not device.custom_info:
+        return []
+    profiles = [
+        [p.name, p.memory_mib, p.core_percent, p.slice_count,
+         [[placement.start, placement.size] for placement in p.placements]]
+        for p in device.mig_profiles
+    ]
+    return [profiles, [list(pair) for pair in device.custom_info]]
+
+
+def _decode_profiles(rows: list[list[Any]]) -> tuple[MigProfile, ...]:
+    return tuple(
+        MigProfile(str(name), memory, core, slices,
+                   tuple(MigPlacement(start, size) for start, size in placements))
+        for name, memory, core, slices, placements in rows
     )
 
 
@@ -383,11 +428,13 @@ def decode_devices(text: str) -> tuple[Device, ...]:
             fields = {_VERSION_1_DEVICE_KEYS.get(str(key), str(key)): v for key, v in entry.items()}
             devices.append(Device(**fields))
             continue
-        uuid, model, index, slots, memory, cores, numa, mode, healthy, vendor = entry
+        uuid, model, index, slots, memory, cores, numa, mode, healthy, vendor, *extras = entry
         devices.append(
             Device(uuid=intern(uuid), model=intern(model), index=index,
                    slots_total=slots, memory_total_mib=memory, core_percent_total=cores, numa=numa,
-                   mode=intern(mode), healthy=healthy, vendor=intern(vendor))
+                   mode=intern(mode), healthy=healthy, vendor=intern(vendor),
+                   mig_profiles=_decode_profiles(extras[0]) if extras else (),
+                   custom_info=tuple((str(k), str(v)) for k, v in extras[1]) if extras else ())
         )
     return tuple(devices)
 
@@ -517,7 +564,7 @@ class Journal:
             if row is None:
                 self._db.execute(_SET_META, ("schema_version", SCHEMA_VERSION))
                 self._db.execute(_SET_META, ("revision", 0))
-            elif row[0] in (1, 2):
+            elif row[0] in (1, 2, 3):
                 self._migrate(row[0])
             elif row[0] != SCHEMA_VERSION:
                 raise JournalSchemaError(
@@ -540,7 +587,8 @@ class Journal:
             raise
 
     def _migrate(self, version: int) -> None:
-        """Brings a version-1 or version-2 file to version 3 inside the open transaction.
+        """Brings a version-1, -2 or -3 file to version 4 inside the open transaction (a
+        version-3 file's rows are valid version-4 rows: only the stamp changes).
 
         Version 1 wrote the revision into ``meta`` on every commit, so that row stays the
         revision until newer rows carry higher ones; the added revision columns start at 0.
@@ -548,6 +596,9 @@ class Journal:
         row gets its checksum; the journal id is added by the caller.
         """
         assert self._db is not None
+        if version == 3:
+            self._db.execute(_SET_META, ("schema_version", SCHEMA_VERSION))
+            return
         for table, missing in _OLD_MISSING_COLUMNS.items():
             present = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
             for name, definition in missing:
@@ -888,7 +939,7 @@ def inspect_journal(path: Path, mark: Mark | None = None, *, check_mark: bool = 
             found = "no schema version" if version_row is None else f"schema {version_row[0]}"
             damage = JournalDamage(path, (
                 f"it has {found}, this build reads schema {SCHEMA_VERSION} (the recorder "
-                "migrates versions 1 and 2 when it opens them)",), unreadable=True)
+                "migrates versions 1 to 3 when it opens them)",), unreadable=True)
             return Inspection(JournalState(damage=damage), None)
         checked = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
         pages = [] if checked == ["ok"] else [

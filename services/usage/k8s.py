@@ -36,7 +36,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from accounting import kube_node, kube_pod, quantity
-from accounting.annotations import NODE_REGISTER_ANNOTATION, VGPU_NODE_ANNOTATION
+from accounting.annotations import VGPU_NODE_ANNOTATION
 from accounting.errors import InvalidInputError
 from accounting.model import Device, Pod
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
@@ -298,7 +298,7 @@ class KubernetesSource:
         self._threads: list[threading.Thread] = []
         # Node and quota state, each touched only by its own kind's thread.
         self._node_registrations: dict[str, str] = {}
-        """Node name -> the register annotation value last applied to the sink."""
+        """Node name -> what its devices were last read from (kube_node.registration_key)."""
         self._quotas: dict[str, dict[str, dict[str, int]]] = {}
         """Namespace -> ResourceQuota name -> its GPU limits."""
         self._quota_sent: dict[str, dict[str, int]] = {}
@@ -563,7 +563,7 @@ class KubernetesSource:
         registered: set[str] = set()
         for item in items:
             name = _metadata(item).get("name")
-            if name and _register_annotation(item) is not None:
+            if name and kube_node.has_devices(item, self._vendors):
                 registered.add(name)
                 self._register_node(item, unchanged_ok=False)
         # The sink's own list too: a node deleted while the recorder was down is still in its
@@ -576,7 +576,7 @@ class KubernetesSource:
         name = _metadata(obj).get("name")
         if not name:
             return
-        annotated = _register_annotation(obj) is not None
+        annotated = kube_node.has_devices(obj, self._vendors)
         if event_type == "DELETED":
             if annotated or name in self._node_registrations:
                 self._forget_node(name)
@@ -588,12 +588,12 @@ class KubernetesSource:
 
     def _register_node(self, obj: dict[str, Any], *, unchanged_ok: bool) -> None:
         name = str(_metadata(obj).get("name"))
-        annotation = _register_annotation(obj)
+        annotation = kube_node.registration_key(obj, self._vendors)
         # Nodes are updated often (status, heartbeats); only a new inventory is news.
         if unchanged_ok and self._node_registrations.get(name) == annotation:
             return
         try:
-            registration = kube_node.parse_node(obj)
+            registration = kube_node.parse_node(obj, self._vendors)
         except InvalidInputError as error:
             logger.warning("skipping node %s: %s", name, error, extra={"node_name": name})
             return
@@ -604,7 +604,7 @@ class KubernetesSource:
             ),
             node_name=name,
         ):
-            self._node_registrations[name] = annotation or ""
+            self._node_registrations[name] = annotation
 
     def _forget_node(self, name: str) -> None:
         self._deliver(
@@ -676,11 +676,6 @@ def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _pod_is_tracked(obj: Mapping[str, Any]) -> bool:
     return bool(_annotations(obj).get(VGPU_NODE_ANNOTATION))
-
-
-def _register_annotation(obj: Mapping[str, Any]) -> str | None:
-    value = _annotations(obj).get(NODE_REGISTER_ANNOTATION)
-    return value if isinstance(value, str) else None
 
 
 # -- Leases (leader election) ------------------------------------------------------------------

@@ -163,7 +163,7 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
         self, request: usage_pb2.RegisterNodeRequest, context: grpc.ServicerContext
     ) -> usage_pb2.RegisterNodeResponse:
         self._require_leader()
-        node = common.node_from_source(request)
+        node = common.node_from_source(request, self._vendors)
         snapshot = self._store.register_node(node.node_name, node.devices)
         return self._with_revision(convert.register_node_response(snapshot))
 

@@ -115,5 +115,5 @@ def test_size_request_is_the_one_sizing_rule() -> None:
     # Without a default, nothing sizes the card: the whole card.
     plain = NVIDIA_RESOURCES
     assert size_request(req(1, cores=150), plain).on_card(24576) == Amount(24576, 100, 1)
-    defaulted = DeviceRequest("NVIDIA", 1, 1000, memory_from_default=True)
+    defaulted = DeviceRequest("NVIDIA", 1, 1000, memory_unscaled=True)
     assert size_request(defaulted, vendor).per_pod == Amount(1000, 0, 1)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from accounting import hami_codec
 from accounting.errors import InvalidInputError
-from accounting.model import Device, DeviceGrant
+from accounting.model import Device, DeviceGrant, MigProfile
 from accounting.validate import MAX_GRANT_SLOTS
 
 ALLOCATED = 'annotations["hami.io/vgpu-devices-allocated"]'
@@ -351,7 +351,18 @@ W9_REGISTER = json.dumps(
 def test_decode_node_register_w9_omitted_keys_default_to_zero_and_unhealthy() -> None:
     assert hami_codec.decode_node_register(W9_REGISTER) == (
         Device("GPU-0", "NVIDIA A10", 0, 10, 24576, 100, numa=0, healthy=False),
-        Device("GPU-1", "NVIDIA A10", 1, 10, 24576, 100, numa=1, healthy=True),
+        # A profile's omitted fields are zero too (a card not in MIG mode never uses them).
+        Device(
+            "GPU-1",
+            "NVIDIA A10",
+            1,
+            10,
+            24576,
+            100,
+            numa=1,
+            healthy=True,
+            mig_profiles=(MigProfile("1g.5gb", 5120, 0, 0),),
+        ),
     )
 
 

@@ -26,6 +26,7 @@ from accounting.model import (
 )
 from accounting.quantity import parse_quantity
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources
+from tests.support.vendors import ACME_SPEC, registered
 
 ALLOCATED_KEY = "hami.io/vgpu-devices-allocated"
 ALLOCATED_PATH = 'metadata.annotations["hami.io/vgpu-devices-allocated"]'
@@ -502,13 +503,7 @@ def test_no_quantity_reads_as_no_gpu_or_zero_cores(resource: str, text: str) -> 
 
 
 def test_each_vendor_gets_its_own_request() -> None:
-    other = VendorResources(
-        vendor="Acme",
-        count_resource="acme.com/npu",
-        memory_resource="acme.com/npumem",
-        memory_percentage_resource="acme.com/npumem-percentage",
-        core_resource="acme.com/npucores",
-    )
+    other = ACME_SPEC.resources
     obj = pod_obj(
         apps=[
             container(
@@ -523,7 +518,8 @@ def test_each_vendor_gets_its_own_request() -> None:
             )
         ]
     )
-    pod = kube_pod.parse_pod(obj, vendors=(NVIDIA_RESOURCES, other))
+    with registered():
+        pod = kube_pod.parse_pod(obj, vendors=(NVIDIA_RESOURCES, other))
     assert pod.containers[0].requests == (
         DeviceRequest("NVIDIA", 1, 1000, 0, 0),
         DeviceRequest("Acme", 2, 500, 0, 5),

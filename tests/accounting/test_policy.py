@@ -9,24 +9,18 @@ import pytest
 from accounting import kube_pod
 from accounting.errors import InvalidInputError
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
-from accounting.vendors import NVIDIA_RESOURCES, VendorResources
+from accounting.vendors import HYGON_SPEC, NVIDIA_RESOURCES, VendorResources
 from hami.accounting.v1 import types_pb2
 from services.common import convert
 
-OTHER_VENDOR = VendorResources(
-    vendor="Hygon",
-    count_resource="hygon.com/dcunum",
-    memory_resource="hygon.com/dcumem",
-    memory_percentage_resource="hygon.com/dcumem-percentage",
-    core_resource="hygon.com/dcucores",
-)
+OTHER_VENDOR = HYGON_SPEC.resources
 
 
 def test_the_default_policy_is_hamis_defaults() -> None:
     assert DEFAULT_POLICY.vendors == (NVIDIA_RESOURCES,)
     assert DEFAULT_POLICY.enforce_gpu_count is True
     assert DEFAULT_POLICY.vendor("NVIDIA") is NVIDIA_RESOURCES
-    assert DEFAULT_POLICY.vendor("Hygon") is None
+    assert DEFAULT_POLICY.vendor("DCU") is None
     assert DEFAULT_POLICY.describe() == "NVIDIA (memory factor 1), GPU count enforced"
 
 

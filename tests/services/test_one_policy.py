@@ -22,6 +22,7 @@ import grpc
 import prometheus_client
 import pytest
 
+from accounting.vendors import DEFAULT_VENDORS
 from hami.accounting.v1 import (
     admission_pb2,
     admission_pb2_grpc,
@@ -191,7 +192,9 @@ def test_a_policy_change_on_the_recorder_changes_every_daemons_answer_the_same_w
     stack.restart_recorder(memory_factor="2", enforce_gpu_count="false")
     after = stack.recorder_policy().policy
     assert after.policy_id != before.policy_id
-    assert ([v.memory_factor for v in after.vendors], after.enforce_gpu_count) == ([2], False)
+    factors = {v.vendor: v.memory_factor for v in after.vendors}
+    # The factor is NVIDIA's (HAMi's memoryFactor); the others keep their vendor's unit.
+    assert (factors["NVIDIA"], factors["MLU"], after.enforce_gpu_count) == (2, 256, False)
 
     # The first answers after the change are already under the new policy, in both daemons.
     checked = stack.check(pod)
@@ -254,7 +257,8 @@ def test_the_policy_starts_every_cache_stream_and_answers_getpolicy(stack: Stack
     assert first.kind == usage_pb2.USAGE_EVENT_KIND_POLICY
     assert first.policy == policy
     assert policy.policy_id.startswith("p-")
-    assert [v.vendor for v in policy.vendors] == ["NVIDIA"]
+    # HAMi's chart default: every vendor but Ascend and Iluvatar.
+    assert [v.vendor for v in policy.vendors] == [v.vendor for v in DEFAULT_VENDORS]
     assert policy.vendors[0].memory_resource == "nvidia.com/gpumem"
 
 

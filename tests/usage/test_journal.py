@@ -24,7 +24,14 @@ from hypothesis import strategies as st
 from accounting.errors import InvalidInputError
 from accounting.ledger import Ledger
 from accounting.lifecycle import StoredPod
-from accounting.model import Device, DeviceUsage, PodPhase
+from accounting.model import (
+    Device,
+    DeviceUsage,
+    MigInstance,
+    MigPlacement,
+    MigProfile,
+    PodPhase,
+)
 from hami.accounting.v1 import usage_pb2
 from services.common.errors import DependencyUnavailableError
 from services.usage.journal import (
@@ -161,6 +168,42 @@ def test_journal_of_another_schema_version_is_refused_clearly(tmp_path: Path) ->
     assert f"schema version 99; this build reads versions 1 to {SCHEMA_VERSION}" in str(
         caught.value)
     assert str(path) in str(caught.value)
+
+
+MIG_CARD = Device(
+    "GPU-a", "NVIDIA-A100", 0, 7, 40960, 100, mode="mig",
+    mig_profiles=(MigProfile("1g.5gb", 5120, 14, 1, (MigPlacement(6, 1), MigPlacement(5, 1))),),
+    custom_info=(("NetworkID", "1"),),
+)
+
+
+def test_mig_instances_and_vendor_facts_survive_a_restart(tmp_path: Path) -> None:
+    """Version 4: usage keeps its MIG instances, devices their profiles and vendor facts."""
+    path = tmp_path / "usage.sqlite3"
+    held = DeviceUsage("GPU-a", "NVIDIA", 5120, 14, 1,
+                       (MigInstance("1g.5gb", MigPlacement(6, 1)),))
+    stored = StoredPod("uid-mig", NS, "mig", NODE, (held,))
+    journal = Journal(path)
+    journal.commit([PutNode(NODE, (MIG_CARD,)), PutPod(stored)], 1)
+    journal.close()
+    state = Journal(path).load()
+    assert state.pods == (stored,)
+    assert dict(state.nodes)[NODE] == (MIG_CARD,)
+
+
+def test_a_version_3_journal_is_read_and_stamped_version_4(tmp_path: Path) -> None:
+    """A version-3 file's rows are valid version-4 rows: nothing but the stamp changes."""
+    path = tmp_path / "usage.sqlite3"
+    stored = StoredPod("uid-a", NS, "a", NODE, (DeviceUsage("g0", "NVIDIA", 1024, 10, 1),))
+    journal = Journal(path)
+    journal.commit([PutNode(NODE, (device("g0"),)), PutPod(stored)], 1)
+    journal.close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value = 3 WHERE key = 'schema_version'")
+    assert Journal(path).load().pods == (stored,)
+    with sqlite3.connect(path) as db:
+        version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    assert version == (4,)
 
 
 def test_a_file_that_is_not_a_journal_loads_as_unreadable_damage(tmp_path: Path) -> None:

@@ -133,6 +133,7 @@ class DeviceRequest(_message.Message):
     MEMORY_MIB_FIELD_NUMBER: _builtins.int
     MEMORY_PERCENT_FIELD_NUMBER: _builtins.int
     CORE_PERCENT_FIELD_NUMBER: _builtins.int
+    SLICES_FIELD_NUMBER: _builtins.int
     vendor: _builtins.str
     """Vendor keyword, e.g. "NVIDIA"."""
     count: _builtins.int
@@ -147,6 +148,10 @@ class DeviceRequest(_message.Message):
     """
     core_percent: _builtins.int
     """Compute asked for on each device, percent 0..100 (nvidia.com/gpucores)."""
+    slices: _builtins.int
+    """A device partition asked by its size in slices (Enflame DRS's
+    enflame.com/drs-gcu); 0 otherwise.
+    """
     def __init__(
         self,
         *,
@@ -155,19 +160,112 @@ class DeviceRequest(_message.Message):
         memory_mib: _builtins.int = ...,
         memory_percent: _builtins.int = ...,
         core_percent: _builtins.int = ...,
+        slices: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["core_percent", b"core_percent", "count", b"count", "memory_mib", b"memory_mib", "memory_percent", b"memory_percent", "vendor", b"vendor"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["core_percent", b"core_percent", "count", b"count", "memory_mib", b"memory_mib", "memory_percent", b"memory_percent", "slices", b"slices", "vendor", b"vendor"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeviceRequest: _TypeAlias = DeviceRequest  # noqa: Y015
 
 @_typing.final
+class MigPlacement(_message.Message):
+    """A range of a MIG-mode card's memory slices: [start, start + size)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    start: _builtins.int
+    size: _builtins.int
+    def __init__(
+        self,
+        *,
+        start: _builtins.int = ...,
+        size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["size", b"size", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MigPlacement: _TypeAlias = MigPlacement  # noqa: Y015
+
+@_typing.final
+class MigProfile(_message.Message):
+    """One instance shape a MIG-mode card offers (an entry of its registered
+    migProfiles).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MEMORY_MIB_FIELD_NUMBER: _builtins.int
+    CORE_PERCENT_FIELD_NUMBER: _builtins.int
+    SLICE_COUNT_FIELD_NUMBER: _builtins.int
+    PLACEMENTS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """NVIDIA's name, e.g. "1g.5gb"."""
+    memory_mib: _builtins.int
+    """The instance's memory, MiB."""
+    core_percent: _builtins.int
+    """The instance's share of the card's compute, percent."""
+    slice_count: _builtins.int
+    """Memory slices the instance takes."""
+    @_builtins.property
+    def placements(self) -> _containers.RepeatedCompositeFieldContainer[Global___MigPlacement]:
+        """Where the hardware can put it."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        memory_mib: _builtins.int = ...,
+        core_percent: _builtins.int = ...,
+        slice_count: _builtins.int = ...,
+        placements: _abc.Iterable[Global___MigPlacement] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["core_percent", b"core_percent", "memory_mib", b"memory_mib", "name", b"name", "placements", b"placements", "slice_count", b"slice_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MigProfile: _TypeAlias = MigProfile  # noqa: Y015
+
+@_typing.final
+class MigInstance(_message.Message):
+    """A MIG instance: a profile at a placement on its card."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROFILE_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
+    profile: _builtins.str
+    """The profile's name, e.g. "1g.5gb"."""
+    @_builtins.property
+    def placement(self) -> Global___MigPlacement: ...
+    def __init__(
+        self,
+        *,
+        profile: _builtins.str = ...,
+        placement: Global___MigPlacement | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["placement", b"placement"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["placement", b"placement", "profile", b"profile"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MigInstance: _TypeAlias = MigInstance  # noqa: Y015
+
+@_typing.final
 class DeviceGrant(_message.Message):
-    """One physical device given to one container (one entry of
-    hami.io/vgpu-devices-allocated).
+    """One physical device given to one container (one entry of the vendor's
+    allocation annotation, e.g. hami.io/vgpu-devices-allocated).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -177,16 +275,26 @@ class DeviceGrant(_message.Message):
     MEMORY_MIB_FIELD_NUMBER: _builtins.int
     CORE_PERCENT_FIELD_NUMBER: _builtins.int
     SLOTS_FIELD_NUMBER: _builtins.int
+    MIG_FIELD_NUMBER: _builtins.int
     uuid: _builtins.str
     """Physical device UUID (for MIG, the parent GPU's UUID)."""
     device_type: _builtins.str
-    """Vendor keyword written in the annotation, e.g. "NVIDIA"."""
+    """Vendor keyword written in the annotation, e.g. "NVIDIA", "DCU", "MLU"."""
     memory_mib: _builtins.int
     """Device memory charged on this device, MiB."""
     core_percent: _builtins.int
-    """Compute charged on this device, percent."""
+    """Compute charged on this device, in the vendor's core unit: percent for
+    most vendors (sixteenths of a GPU for Moore Threads, compute units for
+    AMD, a bit mask of NeuronCores for AWS Neuron).
+    """
     slots: _builtins.int
     """Sharing slots this grant stands for; 0 on a raw grant, which counts as 1."""
+    @_builtins.property
+    def mig(self) -> Global___MigInstance:
+        """On a MIG-mode card: the instance the grant is (memory and cores are the
+        instance's). Unset otherwise.
+        """
+
     def __init__(
         self,
         *,
@@ -195,10 +303,11 @@ class DeviceGrant(_message.Message):
         memory_mib: _builtins.int = ...,
         core_percent: _builtins.int = ...,
         slots: _builtins.int = ...,
+        mig: Global___MigInstance | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["mig", b"mig"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["core_percent", b"core_percent", "device_type", b"device_type", "memory_mib", b"memory_mib", "slots", b"slots", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["core_percent", b"core_percent", "device_type", b"device_type", "memory_mib", b"memory_mib", "mig", b"mig", "slots", b"slots", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -217,6 +326,7 @@ class DeviceUsage(_message.Message):
     MEMORY_MIB_FIELD_NUMBER: _builtins.int
     CORE_PERCENT_FIELD_NUMBER: _builtins.int
     SLOTS_FIELD_NUMBER: _builtins.int
+    MIG_FIELD_NUMBER: _builtins.int
     uuid: _builtins.str
     """Physical device UUID."""
     device_type: _builtins.str
@@ -224,9 +334,15 @@ class DeviceUsage(_message.Message):
     memory_mib: _builtins.int
     """Device memory charged, MiB."""
     core_percent: _builtins.int
-    """Compute charged, percent of the device."""
+    """Compute charged, percent of the device (the vendor's core unit)."""
     slots: _builtins.int
     """Sharing slots occupied on the device."""
+    @_builtins.property
+    def mig(self) -> _containers.RepeatedCompositeFieldContainer[Global___MigInstance]:
+        """On a MIG-mode card: every instance the pod holds there, for its whole
+        life (a finished init container's instance stays reserved).
+        """
+
     def __init__(
         self,
         *,
@@ -235,10 +351,11 @@ class DeviceUsage(_message.Message):
         memory_mib: _builtins.int = ...,
         core_percent: _builtins.int = ...,
         slots: _builtins.int = ...,
+        mig: _abc.Iterable[Global___MigInstance] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["core_percent", b"core_percent", "device_type", b"device_type", "memory_mib", b"memory_mib", "slots", b"slots", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["core_percent", b"core_percent", "device_type", b"device_type", "memory_mib", b"memory_mib", "mig", b"mig", "slots", b"slots", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -439,11 +556,31 @@ Global___Pod: _TypeAlias = Pod  # noqa: Y015
 
 @_typing.final
 class Device(_message.Message):
-    """One device installed on a node, as registered by HAMi's device plugin
-    (an element of hami.io/node-nvidia-register).
+    """One device installed on a node, as registered by HAMi's device plugin (an
+    element of hami.io/node-nvidia-register, or of another vendor's register).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class CustomInfoEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     UUID_FIELD_NUMBER: _builtins.int
     DEVICE_TYPE_FIELD_NUMBER: _builtins.int
@@ -455,6 +592,8 @@ class Device(_message.Message):
     MODE_FIELD_NUMBER: _builtins.int
     HEALTHY_FIELD_NUMBER: _builtins.int
     VENDOR_FIELD_NUMBER: _builtins.int
+    MIG_PROFILES_FIELD_NUMBER: _builtins.int
+    CUSTOM_INFO_FIELD_NUMBER: _builtins.int
     uuid: _builtins.str
     """Physical device UUID."""
     device_type: _builtins.str
@@ -466,7 +605,9 @@ class Device(_message.Message):
     memory_total_mib: _builtins.int
     """Device memory, MiB (after deviceMemoryScaling)."""
     cores_total: _builtins.int
-    """Compute, percent (100 unless deviceCoreScaling is set)."""
+    """Compute, percent (100 unless deviceCoreScaling is set; the vendor's core
+    unit for the few that count otherwise).
+    """
     numa: _builtins.int
     """NUMA node."""
     mode: _builtins.str
@@ -475,6 +616,16 @@ class Device(_message.Message):
     """Whether the device is healthy; unhealthy devices are never chosen."""
     vendor: _builtins.str
     """Vendor keyword, e.g. "NVIDIA"."""
+    @_builtins.property
+    def mig_profiles(self) -> _containers.RepeatedCompositeFieldContainer[Global___MigProfile]:
+        """With mode "mig": the instance shapes the card offers."""
+
+    @_builtins.property
+    def custom_info(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Vendor-specific facts a fit rule reads (HAMi's custominfo), e.g.
+        Ascend's NetworkID.
+        """
+
     def __init__(
         self,
         *,
@@ -488,10 +639,12 @@ class Device(_message.Message):
         mode: _builtins.str = ...,
         healthy: _builtins.bool = ...,
         vendor: _builtins.str = ...,
+        mig_profiles: _abc.Iterable[Global___MigProfile] | None = ...,
+        custom_info: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cores_total", b"cores_total", "device_type", b"device_type", "healthy", b"healthy", "index", b"index", "memory_total_mib", b"memory_total_mib", "mode", b"mode", "numa", b"numa", "slots_total", b"slots_total", "uuid", b"uuid", "vendor", b"vendor"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cores_total", b"cores_total", "custom_info", b"custom_info", "device_type", b"device_type", "healthy", b"healthy", "index", b"index", "memory_total_mib", b"memory_total_mib", "mig_profiles", b"mig_profiles", "mode", b"mode", "numa", b"numa", "slots_total", b"slots_total", "uuid", b"uuid", "vendor", b"vendor"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -525,6 +678,26 @@ class DeviceState(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class CustomInfoEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     UUID_FIELD_NUMBER: _builtins.int
     DEVICE_TYPE_FIELD_NUMBER: _builtins.int
     MEMORY_TOTAL_MIB_FIELD_NUMBER: _builtins.int
@@ -538,6 +711,9 @@ class DeviceState(_message.Message):
     NUMA_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
     VENDOR_FIELD_NUMBER: _builtins.int
+    MIG_PROFILES_FIELD_NUMBER: _builtins.int
+    CUSTOM_INFO_FIELD_NUMBER: _builtins.int
+    MIG_IN_USE_FIELD_NUMBER: _builtins.int
     uuid: _builtins.str
     """Physical device UUID."""
     device_type: _builtins.str
@@ -564,6 +740,18 @@ class DeviceState(_message.Message):
     """Sharing mode: hami-core, mig or mps."""
     vendor: _builtins.str
     """Vendor keyword, e.g. "NVIDIA"."""
+    @_builtins.property
+    def mig_profiles(self) -> _containers.RepeatedCompositeFieldContainer[Global___MigProfile]:
+        """With mode "mig": the instance shapes the card offers."""
+
+    @_builtins.property
+    def custom_info(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Vendor-specific facts a fit rule reads (HAMi's custominfo)."""
+
+    @_builtins.property
+    def mig_in_use(self) -> _containers.RepeatedCompositeFieldContainer[Global___MigPlacement]:
+        """With mode "mig": the placements pods hold on the card, each once."""
+
     def __init__(
         self,
         *,
@@ -580,10 +768,13 @@ class DeviceState(_message.Message):
         numa: _builtins.int = ...,
         mode: _builtins.str = ...,
         vendor: _builtins.str = ...,
+        mig_profiles: _abc.Iterable[Global___MigProfile] | None = ...,
+        custom_info: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        mig_in_use: _abc.Iterable[Global___MigPlacement] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cores_total", b"cores_total", "cores_used", b"cores_used", "device_type", b"device_type", "healthy", b"healthy", "index", b"index", "memory_total_mib", b"memory_total_mib", "memory_used_mib", b"memory_used_mib", "mode", b"mode", "numa", b"numa", "slots_total", b"slots_total", "slots_used", b"slots_used", "uuid", b"uuid", "vendor", b"vendor"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cores_total", b"cores_total", "cores_used", b"cores_used", "custom_info", b"custom_info", "device_type", b"device_type", "healthy", b"healthy", "index", b"index", "memory_total_mib", b"memory_total_mib", "memory_used_mib", b"memory_used_mib", "mig_in_use", b"mig_in_use", "mig_profiles", b"mig_profiles", "mode", b"mode", "numa", b"numa", "slots_total", b"slots_total", "slots_used", b"slots_used", "uuid", b"uuid", "vendor", b"vendor"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
