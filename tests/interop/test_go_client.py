@@ -355,6 +355,21 @@ def check_seed_figures(report: dict[str, Any]) -> list[str]:
     expect.equal("malformed_check_quota_bad_json", "webhook_allowed", False)
     expect.equal("unreachable_check_quota", "code", "Unavailable")
     expect.equal("unreachable_check_quota", "webhook_allowed", False)
+
+    # MIG, read from Go: the card's profiles, the instance on the grant, the annotation HAMi's
+    # device plugin reads, and the placement held until the pod is forgotten.
+    expect.equal("mig_register_node", "mig_profiles", [
+        {"name": "1g.5gb", "memory_mib": 5120, "core_percent": 14, "placements": 1}])
+    expect.equal("mig_filter", "reason", "Scheduled")
+    expect.equal("mig_filter", "devices_allocated", "GPU-mig-0,NVIDIA,5120,14:;")
+    expect.equal("mig_instances", "instances", [
+        {"uuid": "GPU-mig-0", "profile": "1g.5gb", "start": 6, "size": 1}])
+    expect.equal("mig_instances", "mig_allocations", (
+        '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-mig-0","profile":"1g.5gb",'
+        '"placement":{"start":6,"size":1}}]'))
+    expect.equal("mig_instances", "mig_in_use", [{"start": 6, "size": 1}])
+    expect.equal("mig_forget", "released_memory_mib", 5120)
+    expect.equal("mig_released", "mig_in_use", [])
     return expect.problems
 
 

@@ -55,6 +55,16 @@ const (
 	uidProbe       = "c5a5e005-6f1c-4c2e-9d0a-000000000005"
 	uidMalformed   = "c6a5e006-6f1c-4c2e-9d0a-000000000006"
 	uidUnreachable = "c7a5e007-6f1c-4c2e-9d0a-000000000007"
+	uidMIG         = "c8a5e008-6f1c-4c2e-9d0a-000000000008"
+)
+
+const (
+	nodeMIG = "node-mig"
+	// migRegister is HAMi's own MIG-mode registration (its nvidia device_test.go:2472).
+	migRegister = `[{"id":"GPU-mig-0","count":7,"devmem":40960,"devcore":100,` +
+		`"type":"NVIDIA-A100-SXM4-40GB","numa":0,"health":true,"mode":"mig","migProfiles":` +
+		`[{"name":"1g.5gb","memoryMB":5120,"core":14,"sliceCount":1,"placements":[{"start":6,"size":1}]}]}]`
+	annotationMIGAllocations = "hami.io/vgpu-mig-allocations"
 )
 
 type config struct {
@@ -412,10 +422,76 @@ func run(cfg config) *report {
 	nodeUsage(cfg, c, out, "final_node_usage", []string{node1, node2})
 
 	malformed(cfg, c, out)
+	migCard(cfg, c, out)
 	if cfg.unreachableAddr != "" {
 		unreachable(cfg, out)
 	}
 	return out
+}
+
+// migCard registers a card in MIG mode, places a pod on it and releases it: the
+// grant names its instance, the annotations carry what HAMi's device plugin
+// reads, and the card's placements show it held, then free.
+func migCard(cfg config, c clients, out *report) {
+	nodeJSON, err := json.Marshal(kubeNode{
+		Metadata: objectMeta{Name: nodeMIG, Annotations: map[string]string{annotationNodeRegister: migRegister}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := callContext(cfg.timeout, "")
+	registered, err := c.usage.RegisterNode(ctx, &accountingv1.RegisterNodeRequest{
+		NodeSource: &accountingv1.RegisterNodeRequest_KubernetesNodeJson{KubernetesNodeJson: nodeJSON},
+	})
+	cancel()
+	profiles := []step{}
+	for _, device := range registered.GetNode().GetDevices() {
+		for _, profile := range device.GetMigProfiles() {
+			profiles = append(profiles, step{
+				"name": profile.GetName(), "memory_mib": profile.GetMemoryMib(),
+				"core_percent": profile.GetCorePercent(), "placements": len(profile.GetPlacements()),
+			})
+		}
+	}
+	out.add("mig_register_node", err, step{"mig_profiles": profiles})
+
+	pod := newPod(cfg.namespace, "mig-worker", uidMIG, nil,
+		[]kubeContainer{gpuContainer("worker", containerImageServer, 3000)})
+	filtered := filter(cfg, c, out, "mig_filter", pod, []string{nodeMIG})
+	instances := []step{}
+	for _, ctr := range filtered.GetContainerGrants() {
+		for _, grant := range ctr.GetGrants() {
+			if mig := grant.GetMig(); mig != nil {
+				instances = append(instances, step{
+					"uuid": grant.GetUuid(), "profile": mig.GetProfile(),
+					"start": mig.GetPlacement().GetStart(), "size": mig.GetPlacement().GetSize(),
+				})
+			}
+		}
+	}
+	held := func() []step {
+		ctx, cancel := callContext(cfg.timeout, "")
+		defer cancel()
+		response, err := c.usage.GetNodeUsage(ctx, &accountingv1.GetNodeUsageRequest{NodeNames: []string{nodeMIG}})
+		placements := []step{}
+		if err == nil {
+			for _, node := range response.GetNodes() {
+				for _, device := range node.GetDevices() {
+					for _, p := range device.GetMigInUse() {
+						placements = append(placements, step{"start": p.GetStart(), "size": p.GetSize()})
+					}
+				}
+			}
+		}
+		return placements
+	}
+	out.add("mig_instances", nil, step{
+		"instances":       instances,
+		"mig_allocations": filtered.GetAnnotations()[annotationMIGAllocations],
+		"mig_in_use":      held(),
+	})
+	forgetPod(cfg, c, out, "mig_forget", pod)
+	out.add("mig_released", nil, step{"mig_in_use": held()})
 }
 
 // registerNodes registers node-1 from its Kubernetes Node JSON (the device
