@@ -1,14 +1,15 @@
-"""The usage recorder's server: grpc.aio on an event loop of its own, unary calls on a pool.
+"""The usage recorder's server: grpc.aio on an event loop of its own.
 
 Layer: services (runtime). ``build_aio_server`` gives the same daemon shape as ``build_server``
-(the call-telemetry interceptor, standard health and reflection, plaintext or (mutual) TLS,
-message limits, the decode guard) with one difference: a handler written as a coroutine or an
-async generator (the recorder's ``WatchUsage``, the health service) runs on the server's event
-loop, and every other handler (the recorder's unary calls, unchanged) on a thread pool of
-``max_workers``. A stream therefore never holds a thread: with Python grpc's thread-pool server
-each open stream held one of the 16 workers for its whole life, and 16 open streams left no
-thread for a unary call or a health check (docs/design.md, "The hub holds under many replicas",
-has the measurements behind this choice).
+(the call telemetry, standard health and reflection, plaintext or (mutual) TLS, message limits,
+the decode guard), applied once to each handler when it is registered rather than by an
+interceptor on every call. A handler written as a coroutine or an async generator (the
+recorder's ``WatchUsage``, the health service) runs on the server's event loop, so a stream
+never holds a thread: with Python grpc's thread-pool server each open stream held one of the
+16 workers for its whole life, and 16 open streams left no thread for a unary call or a health
+check. The synchronous unary handlers run on the loop too when named in ``inline_methods``
+(two thread switches saved per call), else on a thread pool of ``max_workers``.
+docs/watch-usage.md has the measurements behind these choices.
 
 Health is the asyncio implementation of grpcio-health-checking, on the event loop: a probe is
 answered even while every pool thread is busy.
