@@ -45,6 +45,7 @@ from accounting.pod import (
     vendors_asked,
 )
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources
+from accounting.vendors import find as find_vendor
 
 REQUEST_DEVICE = "request"
 """The device of the synthetic grants a pod without an allocation is explained on."""
@@ -483,8 +484,13 @@ def _notes(
 ) -> tuple[str, ...]:
     notes: list[str] = []
     if source is Source.REQUESTS:
+        keys = " or ".join(
+            spec.allocated_annotation
+            for vendor in vendors
+            if (spec := find_vendor(vendor.vendor)) is not None
+        ) or "allocation"
         notes.append(
-            "no hami.io/vgpu-devices-allocated annotation: explained on the requests "
+            f"no {keys} annotation: explained on the requests "
             f'(device "{REQUEST_DEVICE}" stands for every card the pod will get)'
         )
         shared = sorted(

@@ -681,6 +681,17 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _NodePlacement | str:
     apart). Returns the placement, or the reason the node is refused: that of the first
     container, in fitting order, that fits nowhere (HAMi's; within a container, the first
     vendor in policy order)."""
+    if len(plan.vendor_plans) == 1:
+        # The usual pod asks one vendor: no first failure to choose between vendors.
+        only = plan.vendor_plans[0]
+        needs = columns.rules_needed.get(only.vendor_name)
+        if needs is None:
+            needs = columns.rules_needed[only.vendor_name] = vendor_fit.needs_rules(
+                only.spec, columns.devices
+            )
+        if not needs:
+            generic = _place_vendor(plan, only, columns)
+            return generic[1] if isinstance(generic, tuple) else [_Placed(only, generic, None)]
     placed: _NodePlacement = []
     failure: tuple[int, str] | None = None
     for vendor_plan in plan.vendor_plans:

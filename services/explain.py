@@ -47,6 +47,7 @@ from accounting.explain import (
 )
 from accounting.kube_pod import DEFAULT_NAMESPACE, parse_pod
 from accounting.model import DeviceRequest
+from accounting.pod import vendors_asked
 from accounting.policy import AccountingPolicy, policy_for
 from accounting.vendors import NVIDIA_RESOURCES
 from services.common.config import ConfigError, TlsConfig
@@ -441,7 +442,8 @@ def main(
         json.dump(document, stdout, indent=2)
         stdout.write("\n")
     else:
-        print_tables(explanation, stdout, policy.vendors[0].memory_resource)
+        shown = vendors_asked(pod, policy.vendors)[0]
+        print_tables(explanation, stdout, shown.memory_resource or shown.count_resource)
         print(f"Policy: {policy.policy_id} ({policy_source}): {policy.describe()}", file=stdout)
     return EXIT_OK
 

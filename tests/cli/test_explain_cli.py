@@ -133,6 +133,36 @@ def test_allocation_example_is_explained_per_uuid() -> None:
     assert "GPU-1" in out and "(on device UUID)" in out
 
 
+def test_another_vendors_pod_is_explained_with_its_own_names_and_units() -> None:
+    """examples/mthreads/default_use.yaml (HAMi): 32 units of 512 MiB and 8 sixteenths of a
+    GPU; with HAMi's Cambricon allocation annotation, per device."""
+    pod = {
+        "metadata": {"name": "mt", "namespace": "team-a"},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": {
+            "mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "32",
+            "mthreads.com/sgpu-core": "8"}}}]},
+    }
+    document = run_json(["-"], json.dumps(pod))
+    assert document["source"] == "requests"
+    charge = document["charges"][0]["hami_accounting"]
+    assert (charge["memory_mib"], charge["core_percent"]) == (16384, 8)
+    code, out, _ = run(["-"], json.dumps(pod))
+    assert code == 0
+    assert "mthreads.com/sgpu-memory MiB" in out
+    assert "no hami.io/mthreads-vgpu-devices-allocated annotation" in " ".join(out.split())
+
+    pod["metadata"]["annotations"] = {  # type: ignore[index]
+        "hami.io/cambricon-mlu-devices-allocated": "node-cambricon-mlu-0,MLU,256000,2:;"}
+    pod["spec"]["containers"][0]["resources"]["limits"] = {  # type: ignore[index]
+        "cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "1000",
+        "cambricon.com/mlu.smlu.vcore": "2"}
+    document = run_json(["-"], json.dumps(pod))
+    assert document["source"] == "grants"
+    [device] = document["containers"][0]["devices"]
+    assert (device["device"], device["vendor"], device["memory_mib"]) == (
+        "node-cambricon-mlu-0", "MLU", 256000)
+
+
 # -- output keys -------------------------------------------------------------------------------
 
 

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 from accounting.model import Device, Pod
+from accounting.policy import policy_for
+from accounting.vendors import VENDORS
 from services.usage import k8s
 from services.usage.k8s import KubernetesSource, merge_quota_limits, quota_limits
 from tests.support.fake_apiserver import FakeApiServer
@@ -419,6 +421,44 @@ def test_a_malformed_node_registration_is_skipped(harness: Harness) -> None:
     server.add("nodes", gpu_node("node-ok", "GPU-a"))
     wait_until(lambda: "node-ok" in sink.nodes, "the node after the bad one")
     assert sink.mentions("node-bad") == []
+
+
+def test_every_vendors_devices_pods_and_quotas_are_read_from_the_cluster(harness: Harness) -> None:
+    """The source works from the vendor table: a node with Cambricon capacity, one with a
+    Hygon register in HAMi's ':' form, a DCU pod with HAMi's allocation annotation and a
+    quota on a DCU key are all read; a capacity change is news, a heartbeat is not."""
+    server = harness.server
+    mlu = {"metadata": {"name": "mlu-node"}, "status": {"capacity": {
+        "cambricon.com/mlu.smlu.vcore": "200", "cambricon.com/mlu.smlu.vmemory": "400"}}}
+    dcu = {"metadata": {"name": "dcu-node", "annotations": {
+        "hami.io/node-dcu-register": "DCU-0,4,16384,100,DCU,0,true,0,hami-core:"}}}
+    server.add("nodes", mlu)
+    server.add("nodes", dcu)
+    server.add("pods", {
+        "metadata": {"name": "dcu-pod", "namespace": "team-a", "uid": "uid-dcu", "annotations": {
+            "hami.io/vgpu-node": "dcu-node",
+            "hami.io/dcu-devices-allocated": "DCU-0,DCU,2000,60:;"}},
+        "spec": {"nodeName": "dcu-node", "containers": [{"name": "main", "resources": {
+            "limits": {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000",
+                       "hygon.com/dcucores": "60"}}}]},
+        "status": {"phase": "Running"},
+    })
+    server.add("resourcequotas", quota("team-a", "dcu", {"limits.hygon.com/dcumem": "8000"}))
+    _, sink = started_and_synced(harness, policy=policy_for([v.vendor for v in VENDORS]))
+    assert [(d.uuid, d.vendor, d.memory_total_mib) for d in sink.nodes["mlu-node"]] == [
+        ("mlu-node-cambricon-mlu-0", "MLU", 51200), ("mlu-node-cambricon-mlu-1", "MLU", 51200)]
+    assert [(d.uuid, d.vendor, d.slots_total) for d in sink.nodes["dcu-node"]] == [
+        ("DCU-0", "DCU", 4)]
+    [grant] = sink.pods["uid-dcu"].containers[0].grants
+    assert (grant.uuid, grant.vendor, grant.memory_mib, grant.core_percent) == (
+        "DCU-0", "DCU", 2000, 60)
+    assert sink.quotas["team-a"] == {"limits.hygon.com/dcumem": 8000}
+
+    server.update("nodes", {**mlu, "metadata": {"name": "mlu-node", "labels": {"beat": "1"}}})
+    server.update("nodes", {"metadata": {"name": "mlu-node"}, "status": {"capacity": {
+        "cambricon.com/mlu.smlu.vcore": "300", "cambricon.com/mlu.smlu.vmemory": "600"}}})
+    wait_until(lambda: len(sink.nodes.get("mlu-node", ())) == 3, "mlu-node's third MLU")
+    assert sink.count("register_node", "mlu-node") == 2
 
 
 # -- quotas ----------------------------------------------------------------------------------
