@@ -81,6 +81,7 @@ from accounting.reasons import (
     NO_GPU_REQUEST,
     NO_NODE_FITS,
     NODE_INSUFFICIENT_DEVICE,
+    NOT_EXPLAINED,
     RESOURCE_QUOTA_NOT_FIT,
     SCHEDULED,
     card_shortfall,
@@ -489,6 +490,10 @@ class _PodPlan:
     vendor_plans: tuple[_VendorPlan, ...]
     """One per vendor the pod asks for, in policy order."""
     gpu_binpack: bool
+    explain_refusals: bool = True
+    """False: a container that fits no card, with no quota in play, refuses the node as
+    NOT_EXPLAINED instead of with the per-card count (a caller that only wants the first node
+    that fits)."""
 
     @property
     def asks(self) -> tuple[_Ask, ...]:
@@ -502,6 +507,7 @@ class _PodPlan:
         vendors: Sequence[VendorResources],
         gpu_policy: str,
         quota: QuotaContext | None,
+        explain_refusals: bool = True,
     ) -> _PodPlan:
         gpu_policy = _resolve_policy(
             pod.annotations.get(GPU_POLICY_ANNOTATION), _checked_policy("gpu_policy", gpu_policy)
@@ -541,7 +547,12 @@ class _PodPlan:
                     ),
                 )
             )
-        return cls(pod=pod, vendor_plans=tuple(plans), gpu_binpack=gpu_policy == BINPACK)
+        return cls(
+            pod=pod,
+            vendor_plans=tuple(plans),
+            gpu_binpack=gpu_policy == BINPACK,
+            explain_refusals=explain_refusals,
+        )
 
 
 class _QuotaWalk:
@@ -849,6 +860,8 @@ def _place_vendor(
             if not remaining:
                 break
         else:
+            if quota is None and not plan.explain_refusals:
+                return ask.order, NOT_EXPLAINED
             return ask.order, _walk_reasons(
                 ask,
                 allowed[0],
@@ -1024,16 +1037,23 @@ def fit_nodes(
     vendors: Sequence[VendorResources] = (),
     gpu_policy: str = SPREAD,
     quota: QuotaContext | None = None,
+    explain_refusals: bool = True,
 ) -> Iterator[NodeFit]:
     """``fit_node`` for each node in turn, lazily, with the pod's plan built once.
 
     A caller that walks the nodes in ``node_order_key`` order and stops at the first fit gets
-    fit_pod's choice without fitting the nodes after it (what-if replays do this).
+    fit_pod's choice without fitting the nodes after it (what-if replays do this). Such a
+    caller may pass ``explain_refusals=False``: a node where a container fits no card, and no
+    quota could have refused one, is then refused as NOT_EXPLAINED instead of with the
+    per-card count, which costs more than the fit itself; every other answer is fit_node's
+    (a quota refusal is always named).
 
     Raises:
         InvalidInputError: gpu_policy is neither binpack nor spread (before the first node).
     """
-    plan = _PodPlan.build(pod, _vendor_list(vendor, vendors), gpu_policy, quota)
+    plan = _PodPlan.build(
+        pod, _vendor_list(vendor, vendors), gpu_policy, quota, explain_refusals
+    )
     return (_fit_node(plan, node) for node in nodes)
 
 

@@ -78,6 +78,9 @@ NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
 """Fewer of the vendor's devices than one container asks for (HAMi returns it bare)."""
 RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
 """The placement would take the namespace over its quota with the real card sizes."""
+NOT_EXPLAINED = "NotExplained"
+"""A container fits no card of the node; the per-card reasons were not asked for
+(accounting.fit.fit_nodes with explain_refusals=False)."""
 
 # -- a fit over candidate nodes ----------------------------------------------------------------
 

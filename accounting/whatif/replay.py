@@ -17,8 +17,10 @@ runs them, with only the rule changed (accounting.counting_rules):
    shape (namespace, container classes and requests, hami.io and nvidia.com annotations) fit
    the same nodes: once one has failed in a round, the others wait for the next release, and a
    shape is tried only on the nodes that changed since it last failed (all of them after its
-   namespace's usage changed, when a quota refused it). Same answers as trying every pod on
-   every node, at a fraction of the cost.
+   namespace's usage changed, when the namespace has a quota: the quota steers which cards
+   the fit takes). A node left out would refuse the pod: a pod refused here is refused by
+   fit_pod over every node too, and one placed goes where fit_pod puts it, at a fraction of
+   the cost.
 
 The scheduler's node choice is fit_pod's: nodes are walked in ``fit.node_order_key`` order and
 the first that fits is taken (fit_pod takes the best key among all that fit: the same node).
@@ -72,7 +74,6 @@ from accounting.model import (
 from accounting.pod import device_demand, effective_request
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
 from accounting.quota import check_quota
-from accounting.reasons import RESOURCE_QUOTA_NOT_FIT
 from accounting.vendors import VendorResources
 from accounting.whatif.workload import ReplayPod, Workload
 
@@ -258,11 +259,11 @@ class _ShapeQueue:
     """The coarse form of ``asks``: tested first, on three numbers per node."""
     fine: bool
     """``need`` alone does not imply ``asks`` (several devices, or several containers)."""
+    quota_bound: bool
+    """Its namespace has a quota: the quota steers which cards the fit takes (and may refuse
+    them), so a change of the namespace's usage makes every node worth trying again."""
     failed_seq: int = -1
     """Every node unchanged since this change number refuses the shape (-1: never tried)."""
-    quota_refused: bool = False
-    """A node refused it on quota: a change of its namespace's usage makes every node worth
-    trying again."""
 
 
 class _NodeSummary:
@@ -546,6 +547,7 @@ class _Replay:
                 asks,
                 _need(asks),
                 len(asks) > 1 or any(count > 1 for count, _, _ in asks),
+                pod.namespace in self.quota_namespaces,
             )
         queue.waiting.append(index)
         while queue.waiting and self.attempt(queue, now_s):
@@ -569,7 +571,7 @@ class _Replay:
         namespace = self.live[index].counted.namespace
         nodes: Iterator[NodeState]
         if queue.failed_seq < 0 or (
-            queue.quota_refused and self.namespace_seq.get(namespace, 0) > queue.failed_seq
+            queue.quota_bound and self.namespace_seq.get(namespace, 0) > queue.failed_seq
         ):
             candidates = None
             nodes = self.walk(queue)
@@ -581,43 +583,38 @@ class _Replay:
                 self.round_changes[queue.failed_seq] = candidates
             passing = self.passing(queue, candidates)
             if not passing:
-                # The usual retry: nothing that changed can take the shape. Nothing was tried,
-                # so a quota refusal seen before still stands.
+                # The usual retry: nothing that changed can take the shape.
                 queue.failed_seq = seq_at_try
                 return False
             nodes = iter(passing)
-        chosen, quota_refused = self.first_fit(self.live[index].counted, nodes)
+        chosen = self.first_fit(self.live[index].counted, nodes)
         if chosen is None:
             # Every node refuses the shape now; those tried before and unchanged still do.
             queue.failed_seq = seq_at_try
-            queue.quota_refused = quota_refused or (queue.quota_refused and candidates is not None)
             return False
         queue.waiting.popleft()
         self.place(self.live[index], chosen, now_s)
         return True
 
-    def first_fit(self, pod: Pod, nodes: Iterator[NodeState]) -> tuple[NodeFit | None, bool]:
-        """The first node, in the order given, the pod fits (None if none), and whether a
-        node refused it on quota."""
+    def first_fit(self, pod: Pod, nodes: Iterator[NodeState]) -> NodeFit | None:
+        """The first node, in the order given, the pod fits (None if none)."""
         first = next(nodes, None)
         if first is None:
-            return None, False
+            return None
         quota = None
         if pod.namespace in self.quota_namespaces:
             quota = QuotaContext(self.ledger.namespace_items(pod.namespace), self.enforce_gpu_count)
-        quota_refused = False
         for fit in fit_nodes(
             pod,
             itertools.chain((first,), nodes),
             vendor=self.vendor,
             gpu_policy=self.settings.gpu_policy,
             quota=quota,
+            explain_refusals=False,
         ):
             if fit.fits:
-                return fit, quota_refused
-            if fit.reason.endswith(RESOURCE_QUOTA_NOT_FIT):
-                quota_refused = True
-        return None, quota_refused
+                return fit
+        return None
 
     def walk(self, queue: _ShapeQueue) -> Iterator[NodeState]:
         """Every node in the order fit_pod prefers them, without those that surely refuse the

@@ -4,12 +4,15 @@
 * the merged usage the fit reports is exactly accounting.pod.collapse_grants of its grants;
 * the shared-state fit gives the same answers as the literal deep-copy fit (bench/naive_fit.py);
 * fit_pod agrees with fit_node on every node and does not depend on the order of the nodes;
-* the first node that fits in node_order_key order is fit_pod's choice (what-if replays);
+* the first node that fits in node_order_key order is fit_pod's choice (what-if replays),
+  and fit_nodes without explanations answers as fit_node but for the card count;
 * moving one re-scored device (the fit's incremental device order) gives the full re-sort;
 * a GPU-less container changes nothing but the positions (HAMi #2899 and #3052).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -39,6 +42,7 @@ from accounting.model import (
     QuotaItem,
 )
 from accounting.pod import collapse_grants
+from accounting.reasons import NOT_EXPLAINED, RESOURCE_QUOTA_NOT_FIT
 from bench.naive_fit import naive_fit_node
 
 PROPERTY_SETTINGS = settings(max_examples=500, deadline=None)
@@ -345,3 +349,20 @@ def test_a_quota_between_card_sizes_is_checked_per_card_as_the_naive_fit_does(
     assert fit_node(pod, node, gpu_policy=gpu_policy, quota=quota) == naive_fit_node(
         pod, node, gpu_policy=gpu_policy, quota=quota
     )
+
+
+@PROPERTY_SETTINGS
+@given(pods(), st.lists(nodes(), min_size=1, max_size=3), gpu_policies, quotas)
+def test_fit_nodes_without_explanations_answers_as_fit_node_but_for_the_card_count(
+    pod: Pod, candidates: list[NodeState], gpu_policy: str, quota: QuotaContext | None
+) -> None:
+    quiet = fit_nodes(pod, candidates, gpu_policy=gpu_policy, quota=quota, explain_refusals=False)
+    for node, fitted in zip(candidates, quiet, strict=True):
+        explained = fit_node(pod, node, gpu_policy=gpu_policy, quota=quota)
+        if fitted.reason == NOT_EXPLAINED:
+            # Only a count of cards is left out, never a quota refusal.
+            assert not explained.fits and "/" in explained.reason
+            assert RESOURCE_QUOTA_NOT_FIT not in explained.reason
+            assert fitted == replace(explained, reason=NOT_EXPLAINED)
+        else:
+            assert fitted == explained

@@ -3,7 +3,8 @@
 of mixed cards with unhealthy ones, quotas that bind. Whatever the rule:
 
 * every placement is the node and the grants fit_pod would choose over every node, with the
-  namespace's quota as it stands (the replay tries far fewer nodes);
+  namespace's quota as it stands, and every pod the replay tries and refuses fit_pod refuses
+  too (the replay tries far fewer nodes);
 * no card is ever charged past its memory, cores or slots; no namespace past its quota;
 * every pod ends placed, refused or pending, and the figures add up.
 """
@@ -134,6 +135,27 @@ def checked_placements(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
         placements["placed"] += 1
 
     monkeypatch.setattr(replay_module._Replay, "place", checked)
+
+    attempt = replay_module._Replay.attempt
+
+    def checked_attempt(
+        self: replay_module._Replay, queue: replay_module._ShapeQueue, now_s: int
+    ) -> bool:
+        head = queue.waiting[0]
+        if attempt(self, queue, now_s):
+            return True
+        # Refused on the nodes tried: every node refuses it (none left out would take it).
+        pod = self.live[head].counted
+        states = [NodeState(n, self.ledger.node_states(n) or ()) for n in self.inventories]
+        quota = None
+        if pod.namespace in self.quota_namespaces:
+            quota = QuotaContext(self.ledger.namespace_items(pod.namespace))
+        reference = fit_pod(pod, states, node_policy=self.settings.node_policy, quota=quota)
+        assert reference.node_name is None, (pod.key, reference.message)
+        placements["refused"] += 1
+        return False
+
+    monkeypatch.setattr(replay_module._Replay, "attempt", checked_attempt)
     return placements
 
 
