@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from opentelemetry.sdk.trace import TracerProvider
 
 from accounting.fit import POLICIES
-from hami.accounting.v1 import scheduler_pb2_grpc
 from services.common import telemetry
 from services.common.daemon import (
     RECORDER_SETTING_FLAGS,
@@ -31,6 +30,7 @@ from services.common.daemon import (
 )
 from services.common.policy import RecorderPolicy
 from services.common.server import ServerHandle, build_service_server, client_channel
+from services.scheduler import allocator
 from services.scheduler.config import NODE_CACHE_MODES, NODE_CACHE_WATCH, SchedulerConfig
 from services.scheduler.node_cache import NodeCache
 from services.scheduler.servicer import (
@@ -39,6 +39,7 @@ from services.scheduler.servicer import (
     PodPlacer,
     RecorderClient,
     SchedulerServicer,
+    add_to_server,
 )
 
 _LOG = logging.getLogger("services.scheduler")
@@ -87,6 +88,7 @@ def start(
     Raises:
         ServerStartError: the gRPC address cannot be bound.
     """
+    allocator.keep_large_blocks_on_the_heap()
     channel = client_channel(
         config.usage_addr, tls=config.common.tls, tracer_provider=tracer_provider
     )
@@ -113,7 +115,7 @@ def start(
         handle = build_service_server(
             config.common,
             SERVICE_NAME,
-            lambda server: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, server),
+            lambda server: add_to_server(servicer, server),
             tracer_provider=tracer_provider,
             max_workers=max_workers,
         )

@@ -8,7 +8,7 @@ builds the Reserve request, and writes the Filter response with HAMi's annotatio
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from accounting.allocation import allocation_annotations
@@ -22,6 +22,7 @@ from accounting.vendor_spec import VendorSpec
 from accounting.vendors import NVIDIA_RESOURCES, NVIDIA_SPEC, VendorResources
 from hami.accounting.v1 import scheduler_pb2, types_pb2, usage_pb2
 from services.common import convert as common
+from services.scheduler.fit_kernel import ColumnScores
 
 MAX_CANDIDATE_NODES = 10_000
 """Most candidate nodes one Filter takes (a large cluster's whole node list)."""
@@ -54,6 +55,8 @@ class Reservation:
     stored: tuple[DeviceUsage, ...] = ()
     stored_node_name: str = ""
     """Where the pod is stored after the call ("" for nowhere)."""
+    stored_revision: int = 0
+    """The revision of what is stored for the pod after the call (0: nothing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +131,10 @@ def _node_names(found: Violations, names: Sequence[str]) -> tuple[str, ...]:
     if len(names) > MAX_CANDIDATE_NODES:
         found.add("node_names", f"at most {MAX_CANDIDATE_NODES} candidate nodes, got {len(names)}")
         return ()
+    lengths = list(map(len, names))
+    if min(lengths) and max(lengths) <= MAX_NODE_NAME_CHARS:
+        # Every name is fine (the usual case, thousands of them): no loop in Python.
+        return tuple(dict.fromkeys(names))
     for index, name in enumerate(names):
         if not name:
             found.add(f"node_names[{index}]", "must not be empty")
@@ -206,7 +213,12 @@ def node_states_from_pb(
 
 def quota_context_from_pb(response: usage_pb2.GetNamespaceUsageResponse) -> QuotaContext:
     """The namespace's quota items keyed by resource name (nvidia.com/gpumem, ...)."""
-    return QuotaContext({item.resource: common.quota_item_from_pb(item) for item in response.items})
+    return quota_context_from_items(response.items)
+
+
+def quota_context_from_items(items: Iterable[types_pb2.QuotaItem]) -> QuotaContext:
+    """Quota items (of GetNamespaceUsage or a WatchUsage event) keyed by resource name."""
+    return QuotaContext({item.resource: common.quota_item_from_pb(item) for item in items})
 
 
 def reservation_from_pb(response: usage_pb2.ReserveResponse) -> Reservation:
@@ -216,6 +228,7 @@ def reservation_from_pb(response: usage_pb2.ReserveResponse) -> Reservation:
         message=response.message,
         stored=tuple(common.usage_from_pb(usage) for usage in response.stored),
         stored_node_name=response.stored_node_name,
+        stored_revision=response.stored_revision,
     )
 
 
@@ -290,18 +303,35 @@ def no_fit_message(candidates: int, failed: Mapping[str, str]) -> str:
 
 
 def filter_response(pod: Pod, outcome: FilterOutcome) -> scheduler_pb2.FilterResponse:
+    """The FilterResponse message of an outcome."""
+    return scheduler_pb2.FilterResponse.FromString(filter_response_bytes(pod, outcome))
+
+
+def filter_response_bytes(pod: Pod, outcome: FilterOutcome) -> bytes:
+    """The FilterResponse of an outcome, encoded.
+
+    The scores of nodes the vectorized fit fitted come already encoded (``ColumnScores``): they
+    are joined after the rest of the message instead of being built as thousands of NodeScore
+    messages (protobuf reads a message's fields in any order, and repeated entries in the
+    order they come).
+    """
     fit = outcome.fit
     scheduled = outcome.reservation is not None and outcome.reservation.reserved
     node_name = fit.node_name if scheduled and fit.node_name else ""
     grants = fit.grants if scheduled else ((),) * len(pod.containers)
-    return scheduler_pb2.FilterResponse(
+    scores = fit.scores
+    encoded: list[bytes] = []
+    if isinstance(scores, ColumnScores):
+        encoded = scores.chunks
+        scores = scores.extra
+    head = scheduler_pb2.FilterResponse(
         node_name=node_name,
         annotations=dict(outcome.annotations),
         failed_nodes=failed_nodes(fit, outcome.unregistered),
         container_grants=common.container_grants_to_pb(pod, grants),
         scores=[
             scheduler_pb2.NodeScore(node_name=name, score=score)
-            for name, score in fit.scores.items()
+            for name, score in scores.items()
         ],
         reason=outcome.reason,
         message=outcome.message,
@@ -312,3 +342,4 @@ def filter_response(pod: Pod, outcome: FilterOutcome) -> scheduler_pb2.FilterRes
         ),
         policy_id=outcome.policy_id,
     )
+    return head.SerializeToString() + b"".join(encoded)

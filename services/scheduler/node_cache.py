@@ -51,6 +51,7 @@ import enum
 import logging
 import threading
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import grpc
@@ -60,6 +61,7 @@ from hami.accounting.v1 import usage_pb2
 from services.common.policy import RecorderPolicy
 from services.common.usage_watch import UsageWatch
 from services.scheduler import convert
+from services.scheduler.node_table import Columns, NodeTable
 
 _LOG = logging.getLogger(__name__)
 
@@ -83,6 +85,46 @@ Snapshot = tuple[tuple[NodeState, ...], tuple[str, ...], QuotaContext]
 """(registered candidates, unregistered candidates, the namespace quota), in candidate order."""
 
 
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """A Filter's candidates: those the cache holds, as columns for the vectorized fit, and
+    those read directly, as NodeStates; the unregistered ones; the namespace quota."""
+
+    columns: Columns | None
+    """None when nothing came from the cache (the stream is down, or no cache)."""
+    others: tuple[NodeState, ...]
+    unknown: tuple[str, ...]
+    quota: QuotaContext
+    revision: int | None = None
+    """The revision the cache had applied before it was read (every change up to it is in
+    what came from the cache); None for a read that did not come from the cache."""
+
+    def state_of(self, node_name: str) -> NodeState | None:
+        """The candidate named ``node_name``, or None."""
+        for node in self.others:
+            if node.node_name == node_name:
+                return node
+        if self.columns is not None and node_name in self.columns.names:
+            state: NodeState = self.columns.states[self.columns.names.index(node_name)]
+            return state
+        return None
+
+    def states(self) -> tuple[NodeState, ...]:
+        """Every registered candidate as a NodeState (for the reference fit)."""
+        cached = tuple(self.columns.states) if self.columns is not None else ()
+        return cached + self.others
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> Candidates:
+        """A snapshot read directly."""
+        nodes, unknown, quota = snapshot
+        return cls(None, nodes, unknown, quota)
+
+
+_NO_QUOTA = QuotaContext({})
+"""A namespace the recorder holds no quota item for (no limit, nothing used)."""
+
+
 class DirectReader(Protocol):
     """What the cache needs from the recorder client (``RecorderClient`` is one)."""
 
@@ -97,8 +139,11 @@ class DirectReader(Protocol):
         the recorder's, which is held from then on)."""
         ...
 
-    def snapshot(self, node_names: Sequence[str], namespace: str, timeout_s: float) -> Snapshot:
-        """Reads ``node_names`` (possibly none) and the namespace quota directly.
+    def snapshot(
+        self, node_names: Sequence[str], namespace: str, timeout_s: float, *, quota: bool = True
+    ) -> Snapshot:
+        """Reads ``node_names`` (possibly none) and, with ``quota``, the namespace quota
+        directly (else the snapshot's quota is empty and means nothing).
 
         Raises:
             DependencyUnavailableError: the recorder cannot be reached.
@@ -122,6 +167,10 @@ class NodeCache:
         # Replaced, never cleared, when a stream ends: a Filter still reading the old dict
         # keeps a consistent (if stale) view and its answers are not stored into the new one.
         self._nodes: dict[str, _Entry] = {}
+        self._table = NodeTable()
+        """The registered entries of ``_nodes`` as columns (replaced with it)."""
+        self._namespaces: dict[str, QuotaContext] = {}
+        """Every namespace's quota items, as the stream carries them (replaced with it)."""
         self._touched: dict[str, int] = {}
         """Node name -> value of ``_applied`` when an event about it was last applied."""
         self._applied = 0
@@ -135,7 +184,8 @@ class NodeCache:
             watch_channel,
             direct.target,
             what="node usage",
-            content=usage_pb2.WATCH_CONTENT_NODES,
+            # Nodes for the fit, namespaces for the quota it prices cards with.
+            content=usage_pb2.WATCH_CONTENT_UNSPECIFIED,
             stream_lifetime_s=stream_lifetime_s,
             on_reset=self._reset,
             on_event=self._apply,
@@ -228,6 +278,58 @@ class NodeCache:
                 states_list.append(entry)
         return tuple(states_list), tuple(unknown_list), quota
 
+    def candidates(
+        self,
+        node_names: Sequence[str],
+        namespace: str,
+        timeout_s: float,
+        *,
+        refresh: Collection[str] = (),
+        fresh_quota: bool = False,
+    ) -> Candidates:
+        """``snapshot``'s answer, with the cached candidates as columns (a copy of their rows
+        of the node table) for the vectorized fit, and the namespace quota from the copy too
+        once the initial state is complete, unless ``fresh_quota`` asks for a direct read.
+
+        Raises:
+            DependencyUnavailableError: the recorder cannot be reached.
+        """
+        with self._lock:
+            live = self._live
+            nodes = self._nodes
+            table = self._table
+            generation = self._generation
+            started = self._applied if self._complete else None
+            revision = self._revision
+            cached_quota = (
+                self._namespaces.get(namespace, _NO_QUOTA)
+                if self._complete and not fresh_quota
+                else None
+            )
+        if not live:
+            return Candidates.of(self._direct.snapshot(node_names, namespace, timeout_s))
+        columns, missing = table.gather(node_names, refresh)
+        unregistered: list[str] = []
+        to_read: list[str] = []
+        for name in missing:
+            # Not in the table: known to be unregistered, or to be read (unknown, a refresh, or
+            # a registration applied since the rows were copied).
+            if name not in refresh and name in nodes and nodes[name] is None:
+                unregistered.append(name)
+            else:
+                to_read.append(name)
+        read: tuple[NodeState, ...] = ()
+        not_registered: tuple[str, ...] = ()
+        quota = cached_quota
+        if to_read or quota is None:
+            read, not_registered, quota = self._direct.snapshot(
+                to_read, namespace, timeout_s, quota=cached_quota is None
+            )
+            quota = cached_quota or quota
+        if to_read:
+            self._keep(read, not_registered, generation, started)
+        return Candidates(columns, read, (*unregistered, *not_registered), quota, revision)
+
     def _keep(
         self,
         read: Sequence[NodeState],
@@ -246,15 +348,19 @@ class NodeCache:
             for node in read:
                 if touched.get(node.node_name, 0) <= started:
                     nodes[node.node_name] = node
+                    self._table.put(node)
             for name in unregistered:
                 if touched.get(name, 0) <= started:
                     nodes[name] = None
+                    self._table.drop(name)
 
     # -- the watch thread ------------------------------------------------------------------------
 
     def _reset(self, live: bool) -> None:
         with self._lock:
             self._nodes = {}
+            self._table = NodeTable()
+            self._namespaces = {}
             self._touched = {}
             self._applied = 0
             self._complete = False
@@ -273,15 +379,22 @@ class NodeCache:
             # Built outside the lock: Filters keep reading meanwhile.
             if event.node.devices:
                 state = convert.node_state_from_pb(event.node)
+        quota = (
+            convert.quota_context_from_items(event.namespace_items) if event.namespace else None
+        )
         with self._lock:
+            if quota is not None:
+                self._namespaces[event.namespace] = quota
             if name:
                 self._applied += 1
                 self._touched[name] = self._applied
                 if state is None:
                     # Dropped, never registered, or registered without devices: ask directly.
                     self._nodes.pop(name, None)
+                    self._table.drop(name)
                 else:
                     self._nodes[name] = state
+                    self._table.put(state)
             elif event.kind == usage_pb2.USAGE_EVENT_KIND_INITIAL_STATE_COMPLETE:
                 self._complete = True
             self._revision = event.revision

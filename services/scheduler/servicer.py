@@ -65,6 +65,7 @@ from accounting.fit import (
     FitResult,
     NodeState,
     QuotaContext,
+    fit_plan,
     fit_pod,
     no_device_asked,
     pod_requests_devices,
@@ -93,7 +94,7 @@ from services.common.policy import (
     check_unchanged,
     under_recorder_policy,
 )
-from services.scheduler import convert
+from services.scheduler import convert, fit_kernel
 from services.scheduler.config import DEFAULT_RESERVE_ATTEMPTS, DEFAULT_USAGE_TIMEOUT_MS
 from services.scheduler.convert import (
     FilterInput,
@@ -103,7 +104,7 @@ from services.scheduler.convert import (
     Reservation,
     StoredReservation,
 )
-from services.scheduler.node_cache import NodeCache, Snapshot
+from services.scheduler.node_cache import Candidates, NodeCache, Snapshot
 
 _LOG = logging.getLogger(__name__)
 
@@ -188,9 +189,23 @@ class RecorderClient:
             return error
         return recorder_unavailable(self.target, error, "the pod cannot be placed")
 
-    def snapshot(self, node_names: Sequence[str], namespace: str, timeout_s: float) -> Snapshot:
+    def snapshot(
+        self, node_names: Sequence[str], namespace: str, timeout_s: float, *, quota: bool = True
+    ) -> Snapshot:
         """The candidates' device usage, the unregistered candidates, and the namespace quota,
-        read in parallel (only the quota when ``node_names`` is empty)."""
+        read in parallel (only the quota when ``node_names`` is empty); without ``quota`` only
+        the nodes (the snapshot's quota is then empty and means nothing)."""
+        if not quota:
+            answers: list[usage_pb2.GetNodeUsageResponse] = [
+                self._call(
+                    self._stub.GetNodeUsage,
+                    convert.node_usage_request(node_names[start : start + self._node_batch]),
+                    timeout_s,
+                )
+                for start in range(0, len(node_names), self._node_batch)
+            ]
+            nodes, unknown = convert.node_states_from_pb(answers)
+            return nodes, unknown, QuotaContext({})
         quota_future = self._stub.GetNamespaceUsage.future(
             convert.namespace_usage_request(namespace), timeout=timeout_s, wait_for_ready=True
         )
@@ -207,7 +222,7 @@ class RecorderClient:
                 self._result(future) for future in node_futures
             ]
             namespace_usage = self._result(quota_future)
-            quota = convert.quota_context_from_pb(namespace_usage)
+            quota_context = convert.quota_context_from_pb(namespace_usage)
         finally:
             # After a failure the other reads are moot; cancelling a finished call is a no-op.
             pending: list[grpc.Future[Any]] = [quota_future, *node_futures]
@@ -215,7 +230,7 @@ class RecorderClient:
                 call.cancel()
         self.policy.observe(namespace_usage.policy_id)
         nodes, unknown = convert.node_states_from_pb(responses)
-        return nodes, unknown, quota
+        return nodes, unknown, quota_context
 
     def stored(self, pod_uid: str, timeout_s: float) -> StoredReservation | None:
         """What is stored for the pod (its node, usage and revision), or None."""
@@ -288,6 +303,7 @@ class PodPlacer:
         tracer: trace.Tracer | None = None,
         clock: Callable[[], float] = time.time,
         node_cache: NodeCache | None = None,
+        vectorized: bool = True,
     ) -> None:
         """Args (beyond the config's): ``node_cache`` answers node usage when given (its own
         direct reads go through its recorder client); without it every attempt reads the
@@ -304,6 +320,8 @@ class PodPlacer:
         self._tracer = tracer or trace.NoOpTracer()
         self._clock = clock
         self._node_cache = node_cache
+        self._vectorized = vectorized
+        """Cached candidates are fitted by services.scheduler.fit_kernel (else by fit_pod)."""
 
     def place_request(
         self,
@@ -381,35 +399,69 @@ class PodPlacer:
         return outcome
 
     def _snapshot(
-        self, node_names: Sequence[str], namespace: str, timeout_s: float, refresh: Collection[str]
-    ) -> Snapshot:
+        self,
+        node_names: Sequence[str],
+        namespace: str,
+        timeout_s: float,
+        refresh: Collection[str],
+        fresh_quota: bool,
+    ) -> Candidates:
         if self._node_cache is None:
-            return self._recorder.snapshot(node_names, namespace, timeout_s)
-        return self._node_cache.snapshot(node_names, namespace, timeout_s, refresh=refresh)
+            return Candidates.of(self._recorder.snapshot(node_names, namespace, timeout_s))
+        if not self._vectorized:
+            return Candidates.of(
+                self._node_cache.snapshot(node_names, namespace, timeout_s, refresh=refresh)
+            )
+        return self._node_cache.candidates(
+            node_names, namespace, timeout_s, refresh=refresh, fresh_quota=fresh_quota
+        )
 
     def _fit(
         self,
         pod: Pod,
-        nodes: Sequence[NodeState],
-        quota: QuotaContext,
+        candidates: Candidates,
         policy: AccountingPolicy,
         stored: StoredReservation | None,
     ) -> FitResult:
+        quota = candidates.quota
+        others: Sequence[NodeState] = candidates.others
         if stored is not None:
             # A re-filter: the pod's own reservation does not count against it, on its node
-            # (read directly) nor in its namespace (Reserve replaces it the same way).
-            nodes = [
+            # (read directly, so never one of the columns) nor in its namespace (Reserve
+            # replaces it the same way).
+            others = [
                 node.without(stored.usage) if node.node_name == stored.node_name else node
-                for node in nodes
+                for node in others
             ]
             quota = quota.without(stored.usage, policy.vendors)
+        quota = QuotaContext(quota.items, enforce_gpu_count=policy.enforce_gpu_count)
+        columns = candidates.columns
+        if columns is not None:
+            plan = fit_plan(
+                pod,
+                vendors=policy.vendors,
+                node_policy=self._node_policy,
+                gpu_policy=self._gpu_policy,
+                quota=quota,
+            )
+            if plan is not None:
+                try:
+                    return fit_kernel.fit_candidates(plan, columns, others)
+                except fit_kernel.KernelDisagreementError:
+                    _LOG.exception(
+                        "the vectorized fit disagrees with the reference fit for pod %s; "
+                        "answering with the reference fit", pod.key,
+                        extra={"pod_uid": pod.uid},
+                    )
+            # A pod asking several vendors' devices: the reference fit, over every node.
+            others = (*columns.states.tolist(), *others)
         return fit_pod(
             pod,
-            nodes,
+            others,
             vendors=policy.vendors,
             node_policy=self._node_policy,
             gpu_policy=self._gpu_policy,
-            quota=QuotaContext(quota.items, enforce_gpu_count=policy.enforce_gpu_count),
+            quota=quota,
         )
 
     def _read(
@@ -419,12 +471,13 @@ class PodPlacer:
         timeout_s: float,
         refresh: Collection[str],
         policy: AccountingPolicy,
-    ) -> Snapshot:
-        """A snapshot; raises ``PolicyChangedError`` when the recorder answered it under another
-        policy than the one the Filter runs under."""
-        snapshot = self._snapshot(node_names, namespace, timeout_s, refresh)
+        fresh_quota: bool = False,
+    ) -> Candidates:
+        """The candidates; raises ``PolicyChangedError`` when the recorder answered the read
+        under another policy than the one the Filter runs under."""
+        candidates = self._snapshot(node_names, namespace, timeout_s, refresh, fresh_quota)
         check_unchanged(self._policy, policy)
-        return snapshot
+        return candidates
 
     def _place(
         self,
@@ -443,63 +496,76 @@ class PodPlacer:
                 f"{pass_through.message}; the extender keeps every candidate node",
                 policy_id=policy.policy_id if policy else "",
             )
-        # What is stored for the pod now, read beside the first snapshot: a re-filter must not
-        # count the pod's own reservation against it (HAMi releases it first), and every
-        # Reserve of this Filter states it replaces exactly that reservation.
-        view.begin(lambda: self._recorder.stored_later(pod.uid, timeout()))
+        cached = self._node_cache is not None and self._vectorized and self._node_cache.live
+        if not cached:
+            # Read directly: what is stored for the pod is read beside the nodes.
+            view.begin(lambda: self._recorder.stored_later(pod.uid, timeout()))
         # Nodes to read from the recorder even when the cache has them: its copy may not show
         # a change this Filter just made or just lost a race to.
         refresh: set[str] = set()
-        nodes, unknown, quota = self._read(node_names, pod.namespace, timeout(), refresh, policy)
-        stored = view.get()
-        if stored is not None and stored.node_name and stored.node_name not in refresh:
-            refresh.add(stored.node_name)
-            span.add_event("re-filter: the pod's own reservation does not count against it")
-            nodes, unknown, quota = self._read(
-                node_names, pod.namespace, timeout(), refresh, policy
-            )
-        replaces = stored.revision if stored is not None else 0
-
+        fresh_quota = False
         refused: Reservation | None = None
         fit: FitResult | None = None
-        for attempt in range(1, self._attempts + 1):
-            if attempt > 1:
-                nodes, unknown, quota = self._read(
-                    node_names, pod.namespace, timeout(), refresh, policy
-                )
-            fit = self._fit(pod, nodes, quota, policy, stored)
+        candidates: Candidates | None = None
+        attempt = 0
+        while attempt < self._attempts:
+            candidates = self._read(
+                node_names, pod.namespace, timeout(), refresh, policy, fresh_quota
+            )
+            if candidates.revision is None:
+                view.begin(lambda: self._recorder.stored_later(pod.uid, timeout()))
+            else:
+                view.saw(candidates.revision)
+            stored = view.stored()
+            if stored is not None and stored.node_name and stored.node_name not in refresh:
+                # A re-filter: the pod's own reservation must not count against it. Its node
+                # is read directly, and fitted without it.
+                refresh.add(stored.node_name)
+                span.add_event("re-filter: the pod's own reservation does not count against it")
+                continue
+            attempt += 1
+            fit = self._fit(pod, candidates, policy, stored)
             if (
                 fit.node_name is None
-                and self._node_cache is not None
-                and self._node_cache.live
-                and not refresh.issuperset(node_names)
+                and candidates.revision is not None
+                and not (refresh.issuperset(node_names) and fresh_quota)
             ):
                 # The cache may lag a release acknowledged a moment ago (no read-your-writes):
                 # confirm "no node fits" with direct reads before answering it.
                 refresh.update(node_names)
-                nodes, unknown, quota = self._read(
-                    node_names, pod.namespace, timeout(), refresh, policy
+                fresh_quota = True
+                candidates = self._read(
+                    node_names, pod.namespace, timeout(), refresh, policy, fresh_quota
                 )
-                fit = self._fit(pod, nodes, quota, policy, stored)
+                fit = self._fit(pod, candidates, policy, stored)
             if fit.node_name is None:
-                return self._no_fit(pod, node_names, fit, unknown, attempt, policy, stored,
-                                    timeout)
+                if not view.known():
+                    # Not read yet (the optimistic path): is the pod's own reservation what
+                    # stands in its way?
+                    view.learn(self._recorder.stored(pod.uid, timeout()))
+                    own = view.stored()
+                    if own is not None and view.own(own):
+                        attempt -= 1
+                        continue
+                return self._no_fit(
+                    pod, node_names, fit, candidates.unknown, attempt, policy, view, timeout
+                )
             reservation = self._recorder.reserve(
                 pod, fit.node_name, fit.grants, policy.policy_id, timeout(),
-                replaces_revision=replaces,
+                replaces_revision=view.replaces(),
             )
             if reservation.reason == POLICY_CHANGED:
                 # The recorder restarted under another policy since the Filter read it.
                 raise PolicyChangedError("")
             if reservation.reserved:
                 message = fit.message
-                if unknown:
-                    message += f"; {len(unknown)} candidate(s) unregistered"
+                if candidates.unknown:
+                    message += f"; {len(candidates.unknown)} candidate(s) unregistered"
                 return FilterOutcome(
                     fit,
                     SCHEDULED,
                     message,
-                    unknown,
+                    candidates.unknown,
                     reservation,
                     attempt,
                     convert.hami_annotations(
@@ -507,15 +573,27 @@ class PodPlacer:
                         fit.node_name,
                         int(self._clock()),
                         specs=policy.specs,
-                        devices=_devices_of(nodes, fit.node_name),
+                        devices=_devices_of(candidates, fit.node_name),
                         pod=pod,
                     ),
                     policy.policy_id,
                 )
+            if reservation.reason == RESERVATION_CHANGED and not view.known():
+                # The optimistic path stated "nothing stored". What is stored was in the
+                # cache this Filter read (the pod's own earlier reservation: a re-filter,
+                # placed again without it), or came later (a rival Filter: it stands).
+                found = StoredReservation(
+                    reservation.stored_node_name, reservation.stored, reservation.stored_revision
+                )
+                view.learn(found if reservation.stored_revision else None)
+                if view.own(found):
+                    attempt -= 1
+                    continue
             if reservation.reason in (RESERVATION_CHANGED, POD_FORGOTTEN):
-                return self._lost(pod, fit, unknown, attempt, policy, reservation)
+                return self._lost(pod, fit, candidates.unknown, attempt, policy, reservation)
             refused = reservation
             refresh.add(fit.node_name)
+            fresh_quota = True
             span.add_event(
                 "reservation refused",
                 {
@@ -530,13 +608,13 @@ class PodPlacer:
                 reservation.message,
                 extra={"pod_uid": pod.uid, "node": fit.node_name},
             )
-        assert fit is not None and refused is not None
+        assert fit is not None and refused is not None and candidates is not None
         return FilterOutcome(
             fit,
             RESERVATION_CONFLICT,
             f"another scheduler took the capacity first {self._attempts} time(s) in a row; "
             f"last refusal on {fit.node_name}: {refused.reason}: {refused.message}",
-            unknown,
+            candidates.unknown,
             refused,
             self._attempts,
             policy_id=policy.policy_id,
@@ -550,14 +628,15 @@ class PodPlacer:
         unknown: tuple[str, ...],
         attempt: int,
         policy: AccountingPolicy,
-        stored: StoredReservation | None,
+        view: _StartView,
         timeout: CallTimeout,
     ) -> FilterOutcome:
         """No node fits. A re-filter releases the pod's reservation, so the pod holds nothing
         (HAMi's re-filter released it before fitting); a Filter that read nothing stored
         checks that no other Filter for the pod placed it meanwhile. Either way, when another
         Filter's placement is stored, that answer stands and this one says so."""
-        if stored is not None:
+        stored = view.stored()
+        if stored is not None and view.own(stored):
             released = self._recorder.release(pod.uid, stored.revision, timeout())
             if released.reason == RESERVATION_CHANGED:
                 return self._lost(
@@ -565,7 +644,7 @@ class PodPlacer:
                     Reservation(False, released.reason, released.message),
                 )
         else:
-            now = self._recorder.stored(pod.uid, timeout())
+            now = stored if stored is not None else self._recorder.stored(pod.uid, timeout())
             if now is not None:
                 return self._lost(
                     pod, fit, unknown, attempt, policy,
@@ -626,35 +705,70 @@ class PodPlacer:
 
 
 class _StartView:
-    """What was stored for the pod when its Filter began, read once per Filter (also when a
-    change of policy computes the answer again): every Reserve and release of the Filter
-    states it replaces exactly that."""
+    """What the Filter knows of the pod's reservation, kept for the whole Filter (also when a
+    change of policy computes the answer again): every Reserve and release it sends states
+    it replaces exactly that.
+
+    Two ways to know. Read directly (no cache): ``GetPodUsage``, beside the first snapshot.
+    From the cache (the usual path): nothing is read; the Filter notes the cache's revision
+    when it first read it (``saw``) and its Reserve states "nothing stored". If the recorder
+    refuses that because the pod has a reservation, the refusal says which (its revision):
+    one at or before that revision was in what the Filter read (the pod's own, from an
+    earlier Filter: a re-filter), one after it was stored while this Filter ran (a rival's).
+    """
 
     def __init__(self) -> None:
         self._wait: Callable[[], StoredReservation | None] | None = None
-        self._read = False
-        self._value: StoredReservation | None = None
+        self._known = False
+        self._stored: StoredReservation | None = None
+        self._seen: int | None = None
 
     def begin(self, start: Callable[[], Callable[[], StoredReservation | None]]) -> None:
-        """Starts the read (``start`` returns the call that waits for it), once."""
-        if self._wait is None:
+        """Starts the direct read (``start`` returns the call that waits for it), once."""
+        if not self._known and self._wait is None:
             self._wait = start()
 
-    def get(self) -> StoredReservation | None:
-        """The answer of the read ``begin`` started."""
-        if not self._read:
-            assert self._wait is not None, "begin() first"
-            self._value = self._wait()
-            self._read = True
-        return self._value
+    def saw(self, revision: int) -> None:
+        """The Filter read the cache at ``revision`` (the first one counts)."""
+        if self._seen is None:
+            self._seen = revision
+
+    def learn(self, stored: StoredReservation | None) -> None:
+        """What is stored for the pod, read or told by the recorder."""
+        if not self._known:
+            self._stored, self._known, self._wait = stored, True, None
+
+    def known(self) -> bool:
+        """Whether the Filter knows what is stored (after the direct read is answered)."""
+        if self._wait is not None:
+            self.learn(self._wait())
+        return self._known
+
+    def stored(self) -> StoredReservation | None:
+        """The pod's reservation as known, None when there is none or it is not known yet."""
+        self.known()
+        return self._stored
+
+    def own(self, stored: StoredReservation) -> bool:
+        """Whether ``stored`` was there when the Filter began (its own earlier reservation,
+        to replace), rather than a rival's stored since (to leave standing)."""
+        if self._seen is None:
+            return True  # read directly before anything else
+        return 0 < stored.revision <= self._seen
+
+    def replaces(self) -> int:
+        """What the Filter's Reserve states it replaces: the known reservation's revision, 0
+        for none (also while not known: the optimistic path)."""
+        stored = self.stored()
+        return stored.revision if stored is not None and self.own(stored) else 0
 
 
-def _devices_of(nodes: Sequence[NodeState], node_name: str) -> dict[str, Device]:
+def _devices_of(candidates: Candidates, node_name: str) -> dict[str, Device]:
     """The chosen node's devices by UUID (the annotations name their indexes and models)."""
-    for node in nodes:
-        if node.node_name == node_name:
-            return {state.device.uuid: state.device for state in node.devices}
-    return {}
+    node = candidates.state_of(node_name)
+    if node is None:
+        return {}
+    return {state.device.uuid: state.device for state in node.devices}
 
 
 # -- gRPC --------------------------------------------------------------------------------------
@@ -679,12 +793,26 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self._placer = placer
 
     @map_errors
-    def Filter(
+    def Filter(  # type: ignore[override]  # answers encoded (add_to_server)
         self, request: scheduler_pb2.FilterRequest, context: grpc.ServicerContext
-    ) -> scheduler_pb2.FilterResponse:
+    ) -> bytes:
         pod, outcome = self._placer.place_request(
             lambda vendors: convert.filter_input(request, vendors),
             lambda: common.pod_source_asks_for_devices(request),
             _call_timeout(context, self._placer.usage_timeout_s),
         )
-        return convert.filter_response(pod, outcome)
+        return convert.filter_response_bytes(pod, outcome)
+
+
+def add_to_server(servicer: SchedulerServicer, server: grpc.Server) -> None:
+    """Registers the Scheduler service; Filter's answer leaves as the bytes the servicer
+    encoded (grpc passes bytes through when the serializer is None)."""
+    handlers = {
+        "Filter": grpc.unary_unary_rpc_method_handler(
+            servicer.Filter,
+            request_deserializer=scheduler_pb2.FilterRequest.FromString,
+            response_serializer=None,
+        )
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]

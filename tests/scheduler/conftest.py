@@ -29,7 +29,12 @@ from services.common.server import ServerHandle, build_server
 from services.scheduler.__main__ import SchedulerDaemon
 from services.scheduler.__main__ import start as start_scheduler_daemon
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.servicer import SERVICE_NAME, PodPlacer, SchedulerServicer
+from services.scheduler.servicer import (
+    SERVICE_NAME,
+    PodPlacer,
+    SchedulerServicer,
+    add_to_server,
+)
 from services.usage.__main__ import UsageRecorder
 from services.usage.__main__ import start as start_usage_recorder
 from services.usage.config import UsageConfig
@@ -230,9 +235,7 @@ def serve_placer() -> Iterator[Callable[[PodPlacer], scheduler_pb2_grpc.Schedule
         servicer = SchedulerServicer(placer)
         handle = build_server(
             service_names=[SERVICE_NAME],
-            register=lambda server: scheduler_pb2_grpc.add_SchedulerServicer_to_server(
-                servicer, server
-            ),
+            register=lambda server: add_to_server(servicer, server),
             listen_addr="127.0.0.1:0",
         )
         channel = grpc.insecure_channel(handle.target)

@@ -89,9 +89,10 @@ class CountingRecorder(RecorderClient):
         super().__init__(grpc.insecure_channel(target), target)
         self.node_reads: list[tuple[str, ...]] = []
 
-    def snapshot(self, node_names: Sequence[str], namespace: str, timeout_s: float) -> Snapshot:
+    def snapshot(self, node_names: Sequence[str], namespace: str, timeout_s: float, *,
+                 quota: bool = True) -> Snapshot:
         self.node_reads.append(tuple(node_names))
-        return super().snapshot(node_names, namespace, timeout_s)
+        return super().snapshot(node_names, namespace, timeout_s, quota=quota)
 
 
 class GatedCache(NodeCache):
@@ -151,8 +152,8 @@ def test_the_cache_follows_registrations_recorded_and_forgotten_pods(
 
     first = filter_pod(stub, pod_of("first", HALF_MIB), ["node1"])
     assert first.reason == "Scheduled", first.message
-    # Node usage came from the cache: the only direct read was the quota's (no node names).
-    assert client.node_reads == [()]
+    # Node usage and the namespace quota came from the cache: nothing was read directly.
+    assert client.node_reads == []
 
     # The informer records a pod that takes the rest of the card.
     recorder.record(bound_pod("resident", "node1", allocation([("GPU-1", HALF_MIB, 0)]),
@@ -197,14 +198,14 @@ def test_an_unregistered_candidate_is_read_once_until_it_registers(
     assert dict(second.failed_nodes) == {
         "ghost": "node unregistered", "node1": "1/1 CardInsufficientMemory"}
     # The last read confirmed the cache's "no node fits" directly.
-    assert client.node_reads == [("ghost",), (), ("ghost", "node1")]
+    assert client.node_reads == [("ghost",), ("ghost", "node1")]
 
     # Registering the node replaces the "not registered" answer through its event.
     recorder.register_node("ghost", [gpu_device("GPU-g", memory_mib=CARD_MIB)])
     synced(cache, recorder)
     third = filter_pod(stub, pod_of("b", HALF_MIB), ["ghost", "node1"])
     assert (third.reason, third.node_name) == ("Scheduled", "ghost"), third.message
-    assert client.node_reads[3:] == [()]
+    assert client.node_reads[2:] == []
 
 
 # -- staleness ---------------------------------------------------------------------------------
@@ -230,7 +231,7 @@ def test_a_stale_cache_costs_a_refused_reservation_and_a_direct_read_never_a_dou
     # The stale copy said it fits; Reserve refused; node1 was read directly; no room.
     assert response.reason == "NoNodeFits", response.message
     assert dict(response.failed_nodes) == {"node1": "1/1 CardInsufficientMemory"}
-    assert client.node_reads == [(), ("node1",)]
+    assert client.node_reads == [("node1",)]
     assert recorder.node_memory("node1") == CARD_MIB
     assert not recorder.stored("uid-team-a-loser").found
     cache.gate.set()
@@ -253,11 +254,12 @@ def test_a_refilter_reads_the_node_it_is_stored_on_directly(
     cache.gate.clear()  # the re-filter's reservation will not reach the copy
     again = filter_pod(stub, pod, ["node1"])
 
-    # Each Filter first reads the quota only (the copy answers for node1). The second learns,
-    # from the read of what is stored that runs beside it, that the pod holds node1's whole
-    # card: it reads node1 directly and fits the pod there without its own charge.
+    # The first Filter reads nothing directly. The second finds node1 full (its own charge),
+    # confirms it with a direct read, then learns the pod holds the card since before it
+    # began (its own earlier reservation): it reads node1 again and fits the pod there
+    # without its own charge.
     assert again.reason == "Scheduled", again.message
-    assert client.node_reads == [(), (), ("node1",)]
+    assert client.node_reads == [("node1",), ("node1",)]
     assert recorder.node_memory("node1") == CARD_MIB
 
 
@@ -323,7 +325,7 @@ def test_filter_reads_directly_while_the_stream_is_down_and_the_cache_comes_back
         reads_before = len(client.node_reads)
         response = filter_pod(stub, pod_of("a", HALF_MIB), ["node1"])
         assert response.reason == "Scheduled", response.message
-        assert client.node_reads[reads_before:] == [()]
+        assert client.node_reads[reads_before:] == []
     finally:
         for started in (first, second):
             if started is not None and not started.handle.stopped:

@@ -16,13 +16,14 @@ between the Filter's read and its Reserve.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
 import pytest
 
 from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc, usage_pb2
+from services.scheduler.node_cache import Candidates, NodeCache
 from services.scheduler.servicer import PodPlacer, RecorderClient
 from tests.scheduler.conftest import NS, RPC_TIMEOUT_S, Recorder, StartScheduler
 from tests.support.pods import app_container, gpu_device, init_container, kube_pod, to_json
@@ -145,6 +146,48 @@ class RivalFirst(RecorderClient):
         return taken
 
 
+class RivalAfterCacheRead(NodeCache):
+    """A node cache that lets ``rival`` act right after the Filter's first read of the copy
+    (the optimistic path: no read of what is stored; Reserve states "nothing")."""
+
+    rival: Callable[[], None] | None = None
+
+    def candidates(self, *args: Any, **kwargs: Any) -> Candidates:
+        taken = super().candidates(*args, **kwargs)
+        rival, self.rival = self.rival, None
+        if rival is not None:
+            rival()
+        return taken
+
+
+PlacerWith = Callable[[Recorder, Callable[[], None], str], PodPlacer]
+
+
+@pytest.fixture
+def placer_with() -> Iterator[PlacerWith]:
+    """Placers whose first read is followed by ``rival``: read directly ("direct"), or from a
+    node cache fed by the recorder ("cache"); closed after the test."""
+    made: list[tuple[RecorderClient, NodeCache | None]] = []
+
+    def make(recorder: Recorder, rival: Callable[[], None], reads: str) -> PodPlacer:
+        if reads == "direct":
+            direct = RivalFirst(recorder.target, rival)
+            made.append((direct, None))
+            return PodPlacer(direct)
+        client = RecorderClient(grpc.insecure_channel(recorder.target), recorder.target)
+        cache = RivalAfterCacheRead(client, grpc.insecure_channel(recorder.target)).start()
+        made.append((client, cache))
+        assert cache.wait_for_revision(recorder.app.store.revision, RPC_TIMEOUT_S)
+        cache.rival = rival
+        return PodPlacer(client, node_cache=cache)
+
+    yield make
+    for client, cache in made:
+        if cache is not None:
+            cache.close()
+        client.close()
+
+
 def filter_through(stub: scheduler_pb2_grpc.SchedulerStub, pod: Json,
                    names: Sequence[str]) -> scheduler_pb2.FilterResponse:
     response: scheduler_pb2.FilterResponse = stub.Filter(
@@ -154,12 +197,15 @@ def filter_through(stub: scheduler_pb2_grpc.SchedulerStub, pod: Json,
     return response
 
 
+@pytest.mark.parametrize("reads", ["direct", "cache"])
 @pytest.mark.parametrize("refilter", [False, True], ids=["first Filter", "re-filter"])
 def test_the_filter_that_loses_to_a_rival_for_the_same_pod_reserves_nothing(
     recorder: Recorder,
     start_scheduler: StartScheduler,
     serve_placer: Callable[[PodPlacer], scheduler_pb2_grpc.SchedulerStub],
+    placer_with: PlacerWith,
     refilter: bool,
+    reads: str,
 ) -> None:
     names = cluster(recorder)
     rival_scheduler = start_scheduler()
@@ -167,13 +213,11 @@ def test_the_filter_that_loses_to_a_rival_for_the_same_pod_reserves_nothing(
     if refilter:
         assert rival_scheduler.filter(pod, names).reason == "Scheduled"
     rival_answers: list[scheduler_pb2.FilterResponse] = []
-    client = RivalFirst(
-        recorder.target, lambda: rival_answers.append(rival_scheduler.filter(pod, names))
-    )
-    stub = serve_placer(PodPlacer(client))
+    stub = serve_placer(placer_with(
+        recorder, lambda: rival_answers.append(rival_scheduler.filter(pod, names)), reads
+    ))
 
     response = filter_through(stub, pod, names)
-    client.close()
 
     (rival,) = rival_answers
     assert rival.reason == "Scheduled", rival.message
@@ -183,12 +227,15 @@ def test_the_filter_that_loses_to_a_rival_for_the_same_pod_reserves_nothing(
     assert_answers_are_what_is_stored(recorder, pod, [rival, response])
 
 
+@pytest.mark.parametrize("reads", ["direct", "cache"])
 @pytest.mark.parametrize("refilter", [False, True], ids=["first Filter", "re-filter"])
 def test_a_pod_deleted_while_it_is_being_placed_is_not_reserved(
     recorder: Recorder,
     start_scheduler: StartScheduler,
     serve_placer: Callable[[PodPlacer], scheduler_pb2_grpc.SchedulerStub],
+    placer_with: PlacerWith,
     refilter: bool,
+    reads: str,
 ) -> None:
     names = cluster(recorder)
     pod = pair_pod(3)
@@ -199,11 +246,9 @@ def test_a_pod_deleted_while_it_is_being_placed_is_not_reserved(
     def informer_deletes() -> None:
         recorder.stub.ForgetPod(usage_pb2.ForgetPodRequest(pod_uid=uid), timeout=RPC_TIMEOUT_S)
 
-    client = RivalFirst(recorder.target, informer_deletes)
-    stub = serve_placer(PodPlacer(client))
+    stub = serve_placer(placer_with(recorder, informer_deletes, reads))
 
     response = filter_through(stub, pod, names)
-    client.close()
 
     assert response.reason == "PodForgotten", response.message
     assert "deleted" in response.message and "PodForgotten" in response.message
@@ -212,27 +257,28 @@ def test_a_pod_deleted_while_it_is_being_placed_is_not_reserved(
     assert sum(recorder.node_memory(name) for name in names) == 0
 
 
+@pytest.mark.parametrize("reads", ["direct", "cache"])
 def test_a_refilter_that_finds_no_node_releases_only_the_reservation_it_read(
     recorder: Recorder,
     start_scheduler: StartScheduler,
     serve_placer: Callable[[PodPlacer], scheduler_pb2_grpc.SchedulerStub],
+    placer_with: PlacerWith,
+    reads: str,
 ) -> None:
     names = cluster(recorder)
     rival_scheduler = start_scheduler()
     pod = pair_pod(4)
     uid = pod["metadata"]["uid"]
     assert rival_scheduler.filter(pod, names).reason == "Scheduled"
+    recorder.register_node("tiny", [gpu_device("tiny-GPU", memory_mib=10)])
     rival_answers: list[scheduler_pb2.FilterResponse] = []
-    client = RivalFirst(
-        recorder.target, lambda: rival_answers.append(rival_scheduler.filter(pod, names))
-    )
-    stub = serve_placer(PodPlacer(client))
+    stub = serve_placer(placer_with(
+        recorder, lambda: rival_answers.append(rival_scheduler.filter(pod, names)), reads
+    ))
 
     # This Filter only may use a node that cannot hold the pod: no node fits; it would release
     # the reservation it read, but the rival re-placed the pod meanwhile: that one stands.
-    recorder.register_node("tiny", [gpu_device("tiny-GPU", memory_mib=10)])
     response = filter_through(stub, pod, ["tiny"])
-    client.close()
 
     (rival,) = rival_answers
     assert rival.reason == "Scheduled"

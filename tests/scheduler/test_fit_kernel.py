@@ -1,0 +1,262 @@
+"""The vectorized fit gives exactly the reference fit's answer (a differential property test).
+
+``services.scheduler.fit_kernel.fit_candidates`` over a ``NodeTable`` (and nodes handed in
+apart, as the scheduler reads them directly) against ``accounting.fit.fit_pod`` over the same
+nodes: random inventories (models, modes, other vendors' devices, repeated indexes, unhealthy
+cards, used and overcommitted cards), pods with init containers, sidecars and apps (fixed
+memory, shares of a card, whole cards, 0 and 100 cores, several devices), the type, mode and
+UUID annotations, both node and GPU policies in the arguments and in the pod's annotations,
+the policy's memory factor and default memory, and quotas from none to tight. The chosen node,
+its grants, every failed node's reason, every score, the reason code and the message must be
+equal. A second property compares the kernel's own verdict per node (the rows it fits itself)
+with fit_node, so the columns are tested even where the answer would hide a difference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from accounting.fit import (
+    GPU_POLICY_ANNOTATION,
+    NODE_POLICY_ANNOTATION,
+    NOUSE_GPU_TYPE_ANNOTATION,
+    NOUSE_GPU_UUID_ANNOTATION,
+    USE_GPU_TYPE_ANNOTATION,
+    USE_GPU_UUID_ANNOTATION,
+    VGPU_MODE_ANNOTATION,
+    NodeState,
+    QuotaContext,
+    fit_node,
+    fit_plan,
+    fit_pod,
+)
+from accounting.model import (
+    Container,
+    ContainerClass,
+    Device,
+    DeviceRequest,
+    DeviceState,
+    Pod,
+    QuotaItem,
+)
+from accounting.vendors import VendorResources
+from services.scheduler import fit_kernel
+from services.scheduler.node_table import NodeTable
+
+SETTINGS = settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+MODELS = ("NVIDIA A10", "NVIDIA A100-SXM4-40GB", "NVIDIA-Tesla T4", "NVIDIA H100")
+MODES = ("hami-core", "hami-core", "mps", "mig")
+NODE_NAMES = ("node-a", "node-b", "node-c", "node-d", "node-e", "node-f")
+
+
+@st.composite
+def device_states(draw: st.DrawFn, uuid: str, index: int) -> DeviceState:
+    slots = draw(st.integers(1, 4))
+    memory = draw(st.sampled_from([1000, 8000, 10000, 24576, 40960]))
+    cores = draw(st.sampled_from([100, 100, 100, 200, 0]))
+    vendor = draw(st.sampled_from(["NVIDIA"] * 7 + ["OTHER"]))
+    device = Device(
+        uuid,
+        draw(st.sampled_from(MODELS)),
+        index,
+        slots,
+        memory,
+        cores,
+        mode=draw(st.sampled_from(MODES)),
+        healthy=draw(st.sampled_from([True, True, True, True, False])),
+        vendor=vendor,
+    )
+    return DeviceState(
+        device,
+        memory_used_mib=draw(
+            st.sampled_from([0, 0, 0, memory // 4, memory // 2, memory, memory + 10])
+        ),
+        core_percent_used=draw(st.sampled_from([0, 0, 10, 30, cores])),
+        slots_used=draw(st.integers(0, slots + 1)),
+    )
+
+
+@st.composite
+def node_states(draw: st.DrawFn, name: str) -> NodeState:
+    count = draw(st.integers(0, 8))
+    indexes = draw(st.lists(st.integers(0, 3), min_size=count, max_size=count))
+    if draw(st.integers(0, 2)) == 0:
+        # As most real nodes are: identical cards, the same usage on many of them, so scores
+        # tie and the index rank decides the order (in every re-sort too).
+        memory = draw(st.sampled_from([8000, 24576]))
+        used = draw(st.sampled_from([0, 2000]))
+        return NodeState(
+            name,
+            tuple(
+                DeviceState(
+                    Device(f"{name}-g{i}", MODELS[0], indexes[i], 4, memory, 100),
+                    used * draw(st.integers(0, 1)),
+                )
+                for i in range(count)
+            ),
+        )
+    return NodeState(
+        name, tuple(draw(device_states(f"{name}-g{i}", indexes[i])) for i in range(count))
+    )
+
+
+requests = st.builds(
+    DeviceRequest,
+    vendor=st.just("NVIDIA"),
+    count=st.integers(1, 3),
+    memory_mib=st.sampled_from([0, 0, 100, 1000, 4000, 9000, 30000]),
+    memory_percent=st.sampled_from([0, 10, 25, 50, 100]),
+    core_percent=st.sampled_from([0, 0, 10, 30, 50, 100, 150]),
+)
+
+ANNOTATIONS = {
+    GPU_POLICY_ANNOTATION: ["binpack", "spread", "Binpack,numa", "mutex"],
+    NODE_POLICY_ANNOTATION: ["binpack", "spread"],
+    USE_GPU_TYPE_ANNOTATION: ["a100", "T4,a10", " "],
+    NOUSE_GPU_TYPE_ANNOTATION: ["h100", "a10"],
+    USE_GPU_UUID_ANNOTATION: ["node-a-g1,node-b-g0", "node-c-g2", "node-a-g0, node-d-g3,"],
+    NOUSE_GPU_UUID_ANNOTATION: ["node-a-g0", "node-b-g1,node-e-g0"],
+    VGPU_MODE_ANNOTATION: ["hami-core", "mps", "hami-core,mps"],
+}
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> Pod:
+    count = draw(st.integers(1, 5))
+    containers = []
+    for i in range(count):
+        container_class = draw(st.sampled_from(list(ContainerClass)))
+        request = draw(st.one_of(st.none(), requests))
+        containers.append(
+            Container(f"c{i}", container_class, () if request is None else (request,))
+        )
+    if not any(c.requests for c in containers):
+        containers[0] = Container("c0", containers[0].container_class, (draw(requests),))
+    keys = draw(st.lists(st.sampled_from(sorted(ANNOTATIONS)), unique=True, max_size=3))
+    annotations = {key: draw(st.sampled_from(ANNOTATIONS[key])) for key in keys}
+    return Pod("uid-p", "team-a", "p", tuple(containers), annotations=annotations)
+
+
+def _quota(memory: int | None, cores: int | None, count: int | None, enforce: bool,
+           used: int) -> QuotaContext:
+    items = {}
+    for resource, limit in (
+        ("nvidia.com/gpumem", memory),
+        ("nvidia.com/gpucores", cores),
+        ("nvidia.com/gpu", count),
+    ):
+        if limit is not None:
+            items[resource] = QuotaItem(resource, used if "mem" in resource else 0, limit, True)
+    return QuotaContext(items, enforce_gpu_count=enforce)
+
+
+quotas = st.one_of(
+    st.none(),
+    st.builds(
+        _quota,
+        st.sampled_from([None, 2000, 10000, 50000, 10**12]),
+        st.sampled_from([None, 50, 300, 10**6]),
+        st.sampled_from([None, 2, 100]),
+        st.booleans(),
+        st.sampled_from([0, 1000]),
+    ),
+)
+vendors = st.sampled_from(
+    [
+        VendorResources(),
+        VendorResources(memory_factor=4),
+        VendorResources(default_memory_mib=2048),
+    ]
+)
+policies = st.sampled_from(["binpack", "spread"])
+
+
+def table_of(nodes: list[NodeState], churn: list[NodeState]) -> NodeTable:
+    """A table that saw ``churn`` first (rows written, then dropped or rewritten), then
+    ``nodes``: rows are reused and rewritten in place, as the watch events do."""
+    table = NodeTable()
+    for node in churn:
+        table.put(node)
+    for node in churn[::2]:
+        table.drop(node.node_name)
+    for node in nodes:
+        table.put(node)
+    return table
+
+
+@SETTINGS
+@given(
+    pods(),
+    st.lists(st.sampled_from(NODE_NAMES), min_size=1, max_size=6, unique=True),
+    st.data(),
+    policies,
+    policies,
+    quotas,
+    vendors,
+)
+def test_the_vectorized_fit_gives_the_reference_answer(
+    pod: Pod,
+    names: list[str],
+    data: st.DataObject,
+    node_policy: str,
+    gpu_policy: str,
+    quota: QuotaContext | None,
+    vendor: VendorResources,
+) -> None:
+    nodes = [data.draw(node_states(name)) for name in names]
+    apart = data.draw(st.integers(0, len(nodes)))  # these are handed in as NodeStates
+    churn = [data.draw(node_states(name)) for name in names[: data.draw(st.integers(0, 3))]]
+    table = table_of(nodes[apart:], churn)
+    columns, missing = table.gather([n.node_name for n in nodes[apart:]])
+    assert missing == []
+
+    plan = fit_plan(pod, vendor=vendor, node_policy=node_policy, gpu_policy=gpu_policy,
+                    quota=quota)
+    assert plan is not None  # every drawn pod asks for a device
+    answer = fit_kernel.fit_candidates(plan, columns, nodes[:apart])
+
+    assert answer == fit_pod(
+        pod, nodes, vendor=vendor, node_policy=node_policy, gpu_policy=gpu_policy, quota=quota
+    )
+
+
+@SETTINGS
+@given(
+    pods(),
+    st.lists(st.sampled_from(NODE_NAMES), min_size=1, max_size=6, unique=True),
+    st.data(),
+    policies,
+    vendors,
+)
+def test_every_row_the_kernel_fits_itself_gets_the_reference_verdict(
+    pod: Pod, names: list[str], data: st.DataObject, gpu_policy: str, vendor: VendorResources
+) -> None:
+    nodes = [data.draw(node_states(name)) for name in names]
+    columns, _ = table_of(nodes, []).gather(names)
+    plan = fit_plan(pod, vendor=vendor, gpu_policy=gpu_policy)
+    assert plan is not None
+    assert columns.fields["kernel_ok"].all()  # every figure drawn fits the columns
+    # Nodes with MIG-mode cards are the vendor's own rules' (the kernel leaves them out).
+    generic = [not plan.needs_rules(state.devices) for state in columns.states]
+
+    picks: fit_kernel.Picks = []
+    result = fit_kernel._run(plan, columns, np.array(generic), picks)
+
+    for row, name in enumerate(columns.names):
+        if not generic[row]:
+            continue
+        reference = fit_node(pod, columns.states[row], vendor=vendor, gpu_policy=gpu_policy)
+        assert reference.node_name == name
+        assert bool(result.fits[row]) == reference.fits
+        if not reference.fits:
+            assert fit_kernel._reason_text(int(result.reason_keys[row])) == reference.reason
+            continue
+        # The cards taken, per container in walk order, are the reference fit's grants.
+        uuids = columns.uuids[row]
+        for ask, taken in zip(plan.asks, picks, strict=True):
+            chosen = [uuids[p] for mask in taken for p in mask[:, row].nonzero()[0].tolist()]
+            assert chosen == [g.uuid for g in reference.grants[ask.position]]
