@@ -19,7 +19,7 @@ What it computes, per container in fitting order (``FitPlan.asks``), on all live
   first, ties by the index rank) before the next container; an init container charges
   nothing;
 * a node where a container fits nowhere is refused with the reason of ``accounting.fit``:
-  every device counted under the first rule that stops it, those that passed as
+  every device of the vendor counted under the first rule that stops it, those that passed as
   AllocatedCardsInsufficientRequest (without a quota to price, whether a device passes does
   not depend on the walk order), or NodeInsufficientDevice.
 
@@ -345,10 +345,10 @@ def _run(
         if lost.any():
             at = np.flatnonzero(lost)
             codes = _codes(
-                at, present, healthy, of_vendor & type_ok, uuid_ok, has_slot, memory_ok,
+                at, present & of_vendor, healthy, type_ok, uuid_ok, has_slot, memory_ok,
                 cores_ok, exclusive_conflict, exhausted,
             )
-            reason_keys[at] = _reason_keys(codes, passing[at], fields["device_count"][at])
+            reason_keys[at] = _reason_keys(codes, passing[at], vendor_devices[at])
             alive &= fits
         charges = not ask.is_init and number < len(asks) - 1 and alive.any()
         if not charges and picks is None:
@@ -428,7 +428,9 @@ def _codes(
     exclusive_conflict: BoolArray | None,
     exhausted: BoolArray | None,
 ) -> npt.NDArray[np.int8]:
-    """Each device's first refusal on the rows ``at``, in accounting.fit's order."""
+    """Each device's first refusal on the rows ``at``, in accounting.fit's order; devices
+    not ``present`` (padding, and other vendors' devices: HAMi hands a vendor only its own)
+    are counted nowhere."""
     codes = np.zeros((present.shape[0], at.size), dtype=np.int8)
     # From the last rule to the first, so the first that applies is the one left.
     checks: list[tuple[int, BoolArray | None, bool]] = [
@@ -454,7 +456,7 @@ def _reason_keys(
     codes: npt.NDArray[np.int8], passing: IntArray, devices: IntArray
 ) -> IntArray:
     """Each row's reason packed in one integer: a count per reason, the devices that passed
-    (AllocatedCardsInsufficientRequest) and the node's device count."""
+    (AllocatedCardsInsufficientRequest) and the node's number of the vendor's devices."""
     keys = devices.astype(np.int64) << (_BITS * (len(_CODES) + 1))
     keys |= passing.astype(np.int64)
     for code in range(1, len(_CODES) + 1):
