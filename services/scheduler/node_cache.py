@@ -5,7 +5,12 @@ Layer: services/scheduler (adapter). With ``HAMI_ACCOUNTING_NODE_CACHE=watch`` (
 background thread, not once per Filter — from ``WatchUsage(send_initial_state=True)``: a
 SNAPSHOT event per node, then each change. Every event that concerns a node carries the node's
 full state after the change (``UsageEvent.node``), so an event replaces the node's entry; there
-is nothing to merge and no GetNodeUsage call per event.
+is nothing to merge and no GetNodeUsage call per event. Each entry is also a row of a
+``services.scheduler.node_table.NodeTable``, the columns the vectorized fit reads
+(``candidates``), rewritten in place by the same event. The stream carries namespaces too: the
+cache keeps every namespace's quota items, so a Filter reads its quota from the copy once the
+initial state is complete (a namespace the copy does not hold has no limit and uses nothing),
+and directly when asked (``fresh_quota``: a reservation refused, "no node fits" to confirm).
 
 ``snapshot`` answers the same question as ``RecorderClient.snapshot`` (the candidates' states,
 the unregistered candidates, the namespace quota) from the copy, and reads directly with
@@ -21,7 +26,7 @@ answer for:
   node that was dropped, a node that never was registered but has pods charged on it, and a
   node registered with an empty inventory, so only a direct read tells them apart;
 * the nodes the caller names in ``refresh`` (the node a lost reservation was refused on, the
-  node a re-filtered pod was released from).
+  node a re-filtered pod is stored on).
 
 A direct read's answer is kept — including "not registered", so that candidates without GPUs
 (which the recorder never learns of) are not read again on every Filter — when it cannot be
@@ -236,7 +241,7 @@ class NodeCache:
         """The candidates' states from the copy, the rest (and ``refresh``) read directly.
 
         Raises:
-            DependencyUnavailableError: the recorder cannot be reached (the quota is always read
+            DependencyUnavailableError: the recorder cannot be reached (this one reads the quota
                 directly, so this holds even when every node is cached).
         """
         with self._lock:
