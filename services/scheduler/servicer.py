@@ -14,23 +14,27 @@ One Filter, step by step (HAMi's Filter; docs/design.md §2.5-2.6):
 1. A pod that asks for no GPU passes through: reason NoGpuRequest, an empty ``node_name``,
    nothing read or reserved. The extender then keeps every candidate node (HAMi returns
    ``NodeNames: args.NodeNames``).
-2. What the recorder stores for the pod is read (beside step 3's reads). Filtering the same
-   pod again must not count its own earlier reservation against it (HAMi's TakeAndDeletePod +
-   RmUsage): the fit sees the pod's node, read directly, and its namespace without it.
-3. Node usage of the candidates and the namespace's quota are read: the quota from the
-   recorder, node usage from the node cache (see services.scheduler.node_cache for what it
-   reads directly and how stale it can be) or, without one, from the recorder (one snapshot,
-   in parallel); candidates the recorder does not know become failed nodes
-   ("node unregistered"), not errors.
+2. What the recorder stores for the pod must be known: filtering the same pod again must not
+   count its own earlier reservation against it (HAMi's TakeAndDeletePod + RmUsage): the fit
+   sees the pod's node, read directly, and its namespace without it. Reading directly, the
+   Filter asks (GetPodUsage, beside step 3's reads); reading its cache, it does not (step 6).
+3. The candidates and the namespace quota are read: from the node cache (see
+   services.scheduler.node_cache for what it reads directly and how stale it can be), as
+   columns the vectorized fit reads, or without one from the recorder (one snapshot, in
+   parallel); candidates the recorder does not know become failed nodes ("node
+   unregistered"), not errors.
 4. ``fit_pod`` chooses the node and the GPUs (policies from the config; the pod's
-   ``hami.io/node-scheduler-policy`` and ``hami.io/gpu-scheduler-policy`` win).
+   ``hami.io/node-scheduler-policy`` and ``hami.io/gpu-scheduler-policy`` win); for cached
+   candidates ``services.scheduler.fit_kernel`` gives the same answer over all of them at once.
 5. The placement counts only once the recorder's ``Reserve`` stored it: Reserve re-checks
    capacity and quota atomically, so two scheduler replicas never hand out the same capacity.
    When it refuses (another replica was faster, the cache had not seen a change yet, or the
    node was unregistered or its inventory replaced since it was read: ``NodeChanged``), the
    snapshot is read again — the refused node directly from the recorder — and the pod fitted
    again, up to ``reserve_attempts`` times; then the answer is ReservationConflict.
-6. Every Reserve states the reservation it replaces (what step 2 read, or none), so two
+6. Every Reserve states the reservation it replaces (what step 2 knows, or none; from the
+   cache, "none" until the recorder's refusal tells which reservation the pod has and whether
+   it was already in the cache the Filter read: ``_StartView``), so two
    Filters of the same pod at the same moment, on two replicas, cannot both store a placement:
    the recorder refuses the second (``ReservationChanged``) and its answer is
    ReservationConflict, reserving nothing, naming where the first one placed the pod. A pod
