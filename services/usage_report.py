@@ -7,7 +7,7 @@ else 127.0.0.1:50053; TLS from HAMI_ACCOUNTING_TLS_*) for
   used/total memory, cores and slots, and whether it is healthy;
 * GetNamespaceUsage: per resource, used and limit, for the namespaces given with
   ``--namespace``; without any, the namespaces come from the SNAPSHOT events of
-  WatchUsage(send_initial_state=True), read for a short while.
+  WatchUsage(send_initial_state=True), read up to its initial-state-complete marker.
 
 Prints tables (``--output table``, the default) or JSON with stable keys (``--output json``).
 Exit codes: 0 reported, 1 the recorder answered with an error, 2 the recorder is unreachable or
@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
 import sys
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -41,10 +39,6 @@ EXIT_USAGE = 2
 
 PROG = "hami-accounting usage"
 CALL_TIMEOUT_S = 5.0
-DISCOVERY_S = 1.0
-"""How long WatchUsage is read for namespaces when none is given."""
-DISCOVERY_IDLE_S = 0.3
-"""Once snapshot events arrive, the snapshot is over when none follows for this long."""
 
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
@@ -72,52 +66,24 @@ class RecorderError(Exception):
 
 
 def discover_namespaces(
-    stub: usage_pb2_grpc.UsageRecorderStub,
-    *,
-    deadline_s: float = DISCOVERY_S,
-    idle_s: float = DISCOVERY_IDLE_S,
+    stub: usage_pb2_grpc.UsageRecorderStub, *, deadline_s: float = CALL_TIMEOUT_S
 ) -> list[str]:
     """Namespaces named by the SNAPSHOT events of WatchUsage(send_initial_state=True).
 
-    The recorder sends its snapshot at once, then waits for changes; the stream is read until a
-    non-snapshot event, ``idle_s`` without an event after the first one, or ``deadline_s``.
+    The recorder sends its whole state, then an INITIAL_STATE_COMPLETE event (also when it
+    holds nothing): the stream is read up to that marker, so no namespace is missed on a large
+    recorder and nothing waits on an empty one.
     """
     call = stub.WatchUsage(usage_pb2.WatchUsageRequest(send_initial_state=True), timeout=deadline_s)
-    events: queue.Queue[usage_pb2.UsageEvent | grpc.RpcError | None] = queue.Queue()
-
-    def pump() -> None:
-        try:
-            for event in call:
-                events.put(event)
-        except grpc.RpcError as error:
-            events.put(error)
-        events.put(None)
-
-    reader = threading.Thread(target=pump, name="usage-watch", daemon=True)
-    reader.start()
-    names: list[str] = []
-    wait_s = deadline_s
+    names: set[str] = set()
     try:
-        while True:
-            try:
-                item = events.get(timeout=wait_s)
-            except queue.Empty:
+        for event in call:
+            if event.kind == usage_pb2.USAGE_EVENT_KIND_INITIAL_STATE_COMPLETE:
                 break
-            if item is None:
-                break
-            if isinstance(item, grpc.RpcError):
-                code = item.code() if hasattr(item, "code") else grpc.StatusCode.UNKNOWN
-                if code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
-                    break
-                raise item
-            if item.kind != usage_pb2.USAGE_EVENT_KIND_SNAPSHOT:
-                break
-            if item.namespace and item.namespace not in names:
-                names.append(item.namespace)
-            wait_s = idle_s
+            if event.kind == usage_pb2.USAGE_EVENT_KIND_SNAPSHOT and event.namespace:
+                names.add(event.namespace)
     finally:
         call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leave it untyped
-        reader.join(timeout=deadline_s)
     return sorted(names)
 
 
@@ -127,7 +93,6 @@ def collect(
     namespaces: Sequence[str] = (),
     nodes: Sequence[str] = (),
     timeout_s: float = CALL_TIMEOUT_S,
-    discovery_s: float = DISCOVERY_S,
     target: str = "",
 ) -> Report:
     """Asks the recorder for node and namespace usage.
@@ -139,7 +104,7 @@ def collect(
         node_response = stub.GetNodeUsage(
             usage_pb2.GetNodeUsageRequest(node_names=list(nodes)), timeout=timeout_s
         )
-        names = list(dict.fromkeys(namespaces)) or discover_namespaces(stub, deadline_s=discovery_s)
+        names = list(dict.fromkeys(namespaces)) or discover_namespaces(stub, deadline_s=timeout_s)
         quota = tuple(
             (
                 name,

@@ -130,6 +130,19 @@ def test_json_parses_and_discovers_the_namespaces(charged: RunningRecorder) -> N
     assert all(item["limit"] is None for r, item in items.items() if r != "nvidia.com/gpumem")
 
 
+def test_every_namespace_of_a_large_recorder_is_discovered(recorder: RunningRecorder) -> None:
+    # Discovery reads WatchUsage's whole initial state, up to its completion marker: every
+    # namespace with a quota is listed, however many there are.
+    names = [f"team-{n:03d}" for n in range(150)]
+    for name in names:
+        recorder.stub.SetQuota(
+            usage_pb2.SetQuotaRequest(namespace=name, limits={"limits.nvidia.com/gpumem": 1024}),
+            timeout=RPC_TIMEOUT_S,
+        )
+
+    assert usage_report.discover_namespaces(recorder.stub) == names
+
+
 def test_namespace_and_node_filters(charged: RunningRecorder) -> None:
     code, out, err = run(
         [
