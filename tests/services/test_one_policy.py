@@ -119,8 +119,10 @@ def _recorder(usage_addr: str, data_dir: Path, **policy: str) -> UsageRecorder:
 
 @pytest.fixture(params=["watch", "off"], ids=["caches", "direct-reads"])
 def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
-    usage_addr = f"127.0.0.1:{_free_port()}"
-    recorder = _recorder(usage_addr, tmp_path)
+    # Bound by the recorder itself (port 0): a port picked beforehand can be taken by another
+    # process before the bind. A policy change restarts it on the port it got.
+    recorder = _recorder("127.0.0.1:0", tmp_path)
+    usage_addr = recorder.target
     common = {
         "HAMI_ACCOUNTING_LISTEN_ADDR": "127.0.0.1:0",
         "HAMI_ACCOUNTING_METRICS_ADDR": "off",
