@@ -40,6 +40,7 @@ card in MIG (or another) mode, is placed by ``accounting.vendor_fit`` instead
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -295,6 +296,26 @@ class NodeState:
                     max(state.memory_used_mib - entry.memory_mib, 0),
                     max(state.core_percent_used - entry.core_percent, 0),
                     max(state.slots_used - entry.slots, 0),
+                )
+            devices.append(state)
+        return NodeState(self.node_name, tuple(devices))
+
+    def with_added(self, usage: Iterable[DeviceUsage]) -> NodeState:
+        """The node as it would be with ``usage`` charged too (a placement its copy does not
+        show yet); a MIG card's instances are kept as they are."""
+        added: dict[str, list[DeviceUsage]] = {}
+        for entry in usage:
+            added.setdefault(entry.uuid, []).append(entry)
+        if not any(state.device.uuid in added for state in self.devices):
+            return self
+        devices = []
+        for state in self.devices:
+            for entry in added.get(state.device.uuid, ()):
+                state = dataclasses.replace(
+                    state,
+                    memory_used_mib=state.memory_used_mib + entry.memory_mib,
+                    core_percent_used=state.core_percent_used + entry.core_percent,
+                    slots_used=state.slots_used + entry.slots,
                 )
             devices.append(state)
         return NodeState(self.node_name, tuple(devices))
@@ -752,7 +773,7 @@ def _place_by_rules(
     grants: list[tuple[DeviceGrant, ...]] = [()] * len(plan.pod.containers)
     for ask, picks in zip(vendor_plan.asks, ruled, strict=True):
         grants[ask.position] = tuple(grant for _, grant in picks)
-    usage = _merged_usage(plan.pod, tuple(grants))
+    usage = placement_usage(plan.pod, tuple(grants))
     if room.allows(*quota_rules.vendor_totals(usage, vendor_plan.vendor)):
         return ruled
     devices = sum(1 for s in columns.devices if s.device.vendor == vendor_plan.vendor_name)
@@ -776,7 +797,7 @@ def _place_vendor(
     once a container fails; tests/accounting/test_fit_properties.py pins the loop to
     bench/naive_fit.py, the literal deep-copy reading, written apart on purpose, and the
     merged usage to the fold. An init container is checked against the steady copy and
-    charges nothing, so its point never needs recording here: _merged_usage folds the grants
+    charges nothing, so its point never needs recording here: placement_usage folds the grants
     when the usage is asked for. Returns the placement, or (the failing ask's order, the
     reason).
     """
@@ -963,7 +984,7 @@ def _grants(
     return tuple(per_position)
 
 
-def _merged_usage(
+def placement_usage(
     pod: Pod, grants: tuple[tuple[DeviceGrant, ...], ...]
 ) -> tuple[DeviceUsage, ...]:
     """What the pod adds per device with these grants: the fold over the containers with them
@@ -989,7 +1010,7 @@ def _fit_node(plan: _PodPlan, node: NodeState) -> NodeFit:
         "",
         columns.node_score,
         grants,
-        _merged_usage(plan.pod, grants),
+        placement_usage(plan.pod, grants),
     )
 
 

@@ -57,6 +57,8 @@ class Reservation:
     """Where the pod is stored after the call ("" for nowhere)."""
     stored_revision: int = 0
     """The revision of what is stored for the pod after the call (0: nothing)."""
+    revision: int = 0
+    """The recorder's revision once the call's change is visible to WatchUsage."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +231,7 @@ def reservation_from_pb(response: usage_pb2.ReserveResponse) -> Reservation:
         stored=tuple(common.usage_from_pb(usage) for usage in response.stored),
         stored_node_name=response.stored_node_name,
         stored_revision=response.stored_revision,
+        revision=response.revision,
     )
 
 

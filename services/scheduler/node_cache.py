@@ -66,6 +66,7 @@ from hami.accounting.v1 import usage_pb2
 from services.common.policy import RecorderPolicy
 from services.common.usage_watch import UsageWatch
 from services.scheduler import convert
+from services.scheduler.holds import Holds
 from services.scheduler.node_table import Columns, NodeTable
 
 _LOG = logging.getLogger(__name__)
@@ -291,10 +292,14 @@ class NodeCache:
         *,
         refresh: Collection[str] = (),
         fresh_quota: bool = False,
+        holds: Holds | None = None,
+        pod_uid: str = "",
     ) -> Candidates:
         """``snapshot``'s answer, with the cached candidates as columns (a copy of their rows
         of the node table) for the vectorized fit, and the namespace quota from the copy too
-        once the initial state is complete, unless ``fresh_quota`` asks for a direct read.
+        once the initial state is complete, unless ``fresh_quota`` asks for a direct read. A
+        cached node with ``holds`` the copy does not show yet (other than ``pod_uid``'s) is
+        handed as a NodeState with their usage added.
 
         Raises:
             DependencyUnavailableError: the recorder cannot be reached.
@@ -313,13 +318,19 @@ class NodeCache:
             )
         if not live:
             return Candidates.of(self._direct.snapshot(node_names, namespace, timeout_s))
-        columns, missing = table.gather(node_names, refresh)
+        unseen = holds.unseen(pod_uid, revision) if holds is not None else {}
+        held = {name: usage for name, usage in unseen.items() if name not in refresh}
+        columns, missing = table.gather(node_names, {*refresh, *held})
         unregistered: list[str] = []
         to_read: list[str] = []
+        adjusted: list[NodeState] = []
         for name in missing:
-            # Not in the table: known to be unregistered, or to be read (unknown, a refresh, or
-            # a registration applied since the rows were copied).
-            if name not in refresh and name in nodes and nodes[name] is None:
+            entry = nodes.get(name, _UNKNOWN)
+            # Not in the table: held, known to be unregistered, or to be read (unknown, a
+            # refresh, or a registration applied since the rows were copied).
+            if name in held and isinstance(entry, NodeState):
+                adjusted.append(entry.with_added(held[name]))
+            elif name not in refresh and entry is None:
                 unregistered.append(name)
             else:
                 to_read.append(name)
@@ -333,7 +344,9 @@ class NodeCache:
             quota = cached_quota or quota
         if to_read:
             self._keep(read, not_registered, generation, started)
-        return Candidates(columns, read, (*unregistered, *not_registered), quota, revision)
+        return Candidates(
+            columns, (*adjusted, *read), (*unregistered, *not_registered), quota, revision
+        )
 
     def _keep(
         self,

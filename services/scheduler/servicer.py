@@ -31,7 +31,10 @@ One Filter, step by step (HAMi's Filter; docs/design.md §2.5-2.6):
    When it refuses (another replica was faster, the cache had not seen a change yet, or the
    node was unregistered or its inventory replaced since it was read: ``NodeChanged``), the
    snapshot is read again — the refused node directly from the recorder — and the pod fitted
-   again, up to ``reserve_attempts`` times; then the answer is ReservationConflict.
+   again, up to ``reserve_attempts`` times; then the answer is ReservationConflict. While its
+   Reserve is in flight, and until the node cache shows it, the placement is held for the
+   replica's other Filters (services.scheduler.holds): they fit the cached nodes with it
+   added, so Filters of one replica do not race each other for the same capacity.
 6. Every Reserve states the reservation it replaces (what step 2 knows, or none; from the
    cache, "none" until the recorder's refusal tells which reservation the pod has and whether
    it was already in the cache the Filter read: ``_StartView``), so two
@@ -72,6 +75,7 @@ from accounting.fit import (
     fit_plan,
     fit_pod,
     no_device_asked,
+    placement_usage,
     pod_requests_devices,
 )
 from accounting.model import Device, Pod
@@ -108,6 +112,7 @@ from services.scheduler.convert import (
     Reservation,
     StoredReservation,
 )
+from services.scheduler.holds import Holds
 from services.scheduler.node_cache import Candidates, NodeCache, Snapshot
 
 _LOG = logging.getLogger(__name__)
@@ -326,6 +331,8 @@ class PodPlacer:
         self._node_cache = node_cache
         self._vectorized = vectorized
         """Cached candidates are fitted by services.scheduler.fit_kernel (else by fit_pod)."""
+        self._holds = Holds()
+        """This replica's placements its node cache may not show yet."""
 
     def place_request(
         self,
@@ -409,6 +416,7 @@ class PodPlacer:
         timeout_s: float,
         refresh: Collection[str],
         fresh_quota: bool,
+        pod_uid: str,
     ) -> Candidates:
         if self._node_cache is None:
             return Candidates.of(self._recorder.snapshot(node_names, namespace, timeout_s))
@@ -417,7 +425,8 @@ class PodPlacer:
                 self._node_cache.snapshot(node_names, namespace, timeout_s, refresh=refresh)
             )
         return self._node_cache.candidates(
-            node_names, namespace, timeout_s, refresh=refresh, fresh_quota=fresh_quota
+            node_names, namespace, timeout_s, refresh=refresh, fresh_quota=fresh_quota,
+            holds=self._holds, pod_uid=pod_uid,
         )
 
     def _fit(
@@ -476,10 +485,13 @@ class PodPlacer:
         refresh: Collection[str],
         policy: AccountingPolicy,
         fresh_quota: bool = False,
+        pod_uid: str = "",
     ) -> Candidates:
         """The candidates; raises ``PolicyChangedError`` when the recorder answered the read
         under another policy than the one the Filter runs under."""
-        candidates = self._snapshot(node_names, namespace, timeout_s, refresh, fresh_quota)
+        candidates = self._snapshot(
+            node_names, namespace, timeout_s, refresh, fresh_quota, pod_uid
+        )
         check_unchanged(self._policy, policy)
         return candidates
 
@@ -514,7 +526,7 @@ class PodPlacer:
         attempt = 0
         while attempt < self._attempts:
             candidates = self._read(
-                node_names, pod.namespace, timeout(), refresh, policy, fresh_quota
+                node_names, pod.namespace, timeout(), refresh, policy, fresh_quota, pod.uid
             )
             if candidates.revision is None:
                 view.begin(lambda: self._recorder.stored_later(pod.uid, timeout()))
@@ -539,7 +551,7 @@ class PodPlacer:
                 refresh.update(node_names)
                 fresh_quota = True
                 candidates = self._read(
-                    node_names, pod.namespace, timeout(), refresh, policy, fresh_quota
+                    node_names, pod.namespace, timeout(), refresh, policy, fresh_quota, pod.uid
                 )
                 fit = self._fit(pod, candidates, policy, stored)
             if fit.node_name is None:
@@ -554,10 +566,7 @@ class PodPlacer:
                 return self._no_fit(
                     pod, node_names, fit, candidates.unknown, attempt, policy, view, timeout
                 )
-            reservation = self._recorder.reserve(
-                pod, fit.node_name, fit.grants, policy.policy_id, timeout(),
-                replaces_revision=view.replaces(),
-            )
+            reservation = self._reserve(pod, fit, policy, view.replaces(), timeout)
             if reservation.reason == POLICY_CHANGED:
                 # The recorder restarted under another policy since the Filter read it.
                 raise PolicyChangedError("")
@@ -623,6 +632,31 @@ class PodPlacer:
             self._attempts,
             policy_id=policy.policy_id,
         )
+
+    def _reserve(
+        self,
+        pod: Pod,
+        fit: FitResult,
+        policy: AccountingPolicy,
+        replaces: int,
+        timeout: CallTimeout,
+    ) -> Reservation:
+        """Reserve, the placement held meanwhile (and after, until the cache shows it) for
+        the replica's other Filters (services.scheduler.holds)."""
+        assert fit.node_name is not None
+        key = self._holds.hold(pod.uid, fit.node_name, placement_usage(pod, fit.grants))
+        reservation: Reservation | None = None
+        try:
+            reservation = self._recorder.reserve(
+                pod, fit.node_name, fit.grants, policy.policy_id, timeout(),
+                replaces_revision=replaces,
+            )
+            return reservation
+        finally:
+            if reservation is not None and reservation.reserved:
+                self._holds.reserved(key, reservation.revision)
+            else:
+                self._holds.drop(key)
 
     def _no_fit(
         self,
