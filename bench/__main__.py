@@ -55,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     if burst["errors"] or not burst["no_double_allocation"]:
         print("burst: errors or double allocation, see above", file=sys.stderr)
         return 1
+    replicas = next(iter(results["scheduler_scale"]["steps"].values()))["replicas"]
+    if replicas["errors"] or not replicas["check"]["no_double_booking"]:
+        print("scheduler scale: errors or double booking over two replicas, see above",
+              file=sys.stderr)
+        return 1
     if missed:
         print(f"{len(missed)} goal(s) missed (profiles in the results): " + "; ".join(missed))
     return 0

@@ -11,7 +11,7 @@ import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +64,7 @@ def _timed_loop(call: Call, first: int, stride: int, budget: Budget, deadline: f
 
 
 def run(
-    target: str,
+    target: str | Sequence[str],
     factory: ClientFactory,
     budget: Budget,
     *,
@@ -74,10 +74,12 @@ def run(
     """Runs ``callers`` loops against ``target`` and summarises the latencies.
 
     Each caller gets its own channel (no shared HTTP/2 connection) and warms it up first.
+    Several targets (replicas of one daemon) share the callers: caller k calls target k mod n.
     Indexes: caller k uses first_index + k, + k + callers, ... (unique across callers, below
     first_index + max_calls); the warm-up uses the indexes after that range.
     """
-    channels = [client_channel(target) for _ in range(callers)]
+    targets = [target] if isinstance(target, str) else list(target)
+    channels = [client_channel(targets[k % len(targets)]) for k in range(callers)]
     try:
         calls = [factory(channel, k) for k, channel in enumerate(channels)]
         # Every channel connects before the clock starts; the server's path is warmed through

@@ -32,8 +32,9 @@ from typing import Any
 from bench.procs import ROOT
 
 PYSPY = "py-spy"
-HANDLER = "unary_response.<locals>.timed"
-"""The latency interceptor's wrapper: every handled unary call runs inside it."""
+HANDLER = "unary_response.<locals>.observed"
+"""The call telemetry interceptor's wrapper (services/common/call_telemetry.py): every
+handled unary call runs inside it."""
 RATE_HZ = 250
 TOP = 8
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from pathlib import Path
 
@@ -57,7 +57,9 @@ class Stack:
 
     def __init__(self, label: str, work_dir: Path, otlp_endpoint: str | None = None, *,
                  admission_env: dict[str, str] | None = None, scheduler: bool = True,
-                 noop: bool = True, admission: bool = True) -> None:
+                 noop: bool = True, admission: bool = True, schedulers: int = 1) -> None:
+        """``schedulers`` replicas of the scheduler read from the one recorder (with
+        ``scheduler``); ``self.scheduler`` is the first."""
         self.label = label
         tracing = procs.tracing_env(otlp_endpoint)
         self.children: list[procs.Child] = []
@@ -68,7 +70,11 @@ class Stack:
         # A stack without admission is the recorder alone (and the no-op server, if asked).
         self.admission = self._start("admission", work_dir, {**reads, **(admission_env or {})}) \
             if admission else None
-        self.scheduler = self._start("scheduler", work_dir, reads) if scheduler else None
+        self.schedulers = [
+            self._start("scheduler", work_dir, reads, replica=k)
+            for k in range(schedulers if scheduler else 0)
+        ]
+        self.scheduler = self.schedulers[0] if self.schedulers else None
         self.noop = self._start("noop", work_dir, tracing) if noop else None
         for child in self.children:
             child.wait_serving()
@@ -82,8 +88,10 @@ class Stack:
         self.node_count = 0
         self.record_templates: list[bytes] = []
 
-    def _start(self, name: str, work_dir: Path, env: dict[str, str]) -> procs.Child:
-        child = procs.start(name, work_dir, label=f"{name}-{self.label}", env=env)
+    def _start(self, name: str, work_dir: Path, env: dict[str, str], *,
+               replica: int = 0) -> procs.Child:
+        label = f"{name}-{self.label}" + (f"-{replica + 1}" if replica else "")
+        child = procs.start(name, work_dir, label=label, env=env)
         self.children.append(child)
         return child
 
@@ -208,7 +216,13 @@ def node_usage_caller(node_names: Sequence[str]) -> ClientFactory:
     return factory
 
 
-def filter_caller(node_names: Sequence[str], tally: Tally) -> ClientFactory:
+def filter_caller(
+    node_names: Sequence[str],
+    tally: Tally,
+    answers: Callable[[str, scheduler_pb2.FilterResponse], None] | None = None,
+) -> ClientFactory:
+    """Filter the benchmark pod (a fresh uid per call) over ``node_names``; each answer is
+    tallied, and handed whole to ``answers`` when given."""
     run = next(_RUN_IDS)
     template = (
         scheduler_pb2.FilterRequest(pod=workload.pod_pb(UID_PLACEHOLDER)).SerializeToString()
@@ -223,5 +237,7 @@ def filter_caller(node_names: Sequence[str], tally: Tally) -> ClientFactory:
             uid = fixed_uid("filter", run, i)
             response = method(_with_uid(template, uid), timeout=RPC_TIMEOUT_S)
             tally.add(uid, response.reason)
+            if answers is not None:
+                answers(uid, response)
         return call
     return factory

@@ -15,7 +15,10 @@ Layer: benchmark. Order of a run:
    WatchUsage watcher has it: how stale the caches are);
 5. many watchers (``bench.many_watchers``): a recorder with 64 WatchUsage streams beside one
    with none, in their own interleaved rounds with the no-op floor;
-6. the goals, as ratios measured in this run (a ratio goal is the median over rounds of the
+6. the scheduler at scale (``bench.scheduler_scale``): Filter at 1,000 and 5,000 nodes in
+   rounds with the no-op floor, 8 callers over 2 scheduler replicas with the double-booking
+   check, the scheduler's memory and its cache's lag, and a profile of Filter at 5,000 nodes;
+7. the goals, as ratios measured in this run (a ratio goal is the median over rounds of the
    ratio of the two p50s, measured back to back); each missed goal is profiled (py-spy, or
    tracemalloc for memory) while its figure runs again.
 """
@@ -43,6 +46,7 @@ from bench import (
     profiling,
     recorder_scale,
     rpc,
+    scheduler_scale,
     watch_lag,
     workload,
 )
@@ -75,6 +79,12 @@ class Plan:
     watch_lag_samples: int
     watchers: int
     """WatchUsage streams of the many-watchers phase."""
+    scheduler_nodes: tuple[int, ...]
+    """Node counts of the scheduler-at-scale phase (the goals' 1,000 and 5,000)."""
+    scheduler_rounds: int
+    scheduler_budget: load.Budget
+    replica_seconds: float
+    """How long 8 callers run over the 2 scheduler replicas."""
 
 
 FULL = Plan(
@@ -82,14 +92,16 @@ FULL = Plan(
     sequential=load.Budget(0.6, 8, 3000, 30), concurrent=load.Budget(0.6, 16, 3000, 10),
     fit_nodes=5000, fit_rounds=5, fit_repeat=3, naive_nodes=1000,
     scale_pods=100_000, recoveries=3, go=True, profile_seconds=5.0, watch_lag_samples=500,
-    watchers=64,
+    watchers=64, scheduler_nodes=scheduler_scale.NODE_STEPS, scheduler_rounds=5,
+    scheduler_budget=scheduler_scale.ROUND_BUDGET, replica_seconds=5.0,
 )
 QUICK = Plan(
     node_counts=(10,), rounds_small=1, rounds_large=1,
     sequential=load.Budget(0.05, 3, 40, 2, 0.05), concurrent=load.Budget(0.05, 8, 40, 1, 0.05),
     fit_nodes=200, fit_rounds=1, fit_repeat=1, naive_nodes=50,
     scale_pods=400, recoveries=1, go=False, profile_seconds=0.0, watch_lag_samples=20,
-    watchers=4,
+    watchers=4, scheduler_nodes=(10, 20), scheduler_rounds=1,
+    scheduler_budget=load.Budget(0.05, 3, 40, 2, 0.05), replica_seconds=0.2,
 )
 
 # (key, limit, unit, text) of every goal; the value is computed in ``_goals``.
@@ -413,11 +425,19 @@ def run(plan: Plan, *, keep_work_dir: bool = False) -> dict[str, Any]:
                 work_dir, plan.rounds_small, plan.sequential, watchers=plan.watchers,
                 lag_samples=plan.watch_lag_samples, profile_seconds=plan.profile_seconds,
                 go=plan.go, log=_log)
+            scheduler = scheduler_scale.run(
+                work_dir, plan.scheduler_rounds, plan.scheduler_budget,
+                node_steps=plan.scheduler_nodes, replica_seconds=plan.replica_seconds,
+                lag_samples=plan.watch_lag_samples, profile_seconds=plan.profile_seconds,
+                log=_log)
             goals = _goals(_goal_values(rpc_results, fit, scale, many))
+            goals += scheduler_scale.goal_rows(scheduler, fit)
             profiles = _profile_misses(plan, goals, daemons, work_dir) \
                 if plan.profile_seconds else {}
             if many["profile"]:
                 profiles["record_pod_many_watchers_vs_noop"] = many["profile"]
+            if "profile" in scheduler:
+                profiles["scheduler_scale"] = scheduler.pop("profile")
         finally:
             daemons.stop()
         results = {
@@ -441,6 +461,7 @@ def run(plan: Plan, *, keep_work_dir: bool = False) -> dict[str, Any]:
             "burst": burst_result,
             "watch_lag": lag,
             "many_watchers": many,
+            "scheduler_scale": scheduler,
             "profiles": profiles,
         }
     finally:

@@ -1,6 +1,7 @@
 """The benchmark's parts that run on their own (``python -m bench.many_watchers``, ``python -m
-bench.tracing_cost``): each runs end to end at the smallest size and prints its figures. No
-timing is asserted: at this size the figures mean nothing, only that every part runs."""
+bench.tracing_cost``, ``python -m bench.scheduler_scale``): each runs end to end at the smallest
+size and prints its figures. No timing is asserted: at this size the figures mean nothing, only
+that every part runs."""
 
 from __future__ import annotations
 
@@ -30,3 +31,12 @@ def test_many_watchers_runs_alone() -> None:
 def test_tracing_cost_runs_alone() -> None:
     out = run("bench.tracing_cost", "--rounds", "1", "--seconds", "0.05")
     assert "tracing adds" in out and "hami-accounting-admission" in out, out
+
+
+def test_scheduler_scale_runs_alone() -> None:
+    out = run("bench.scheduler_scale", "--nodes", "10", "20", "--rounds", "1", "--seconds",
+              "0.05", "--replica-seconds", "0.2", "--lag-samples", "10", "--no-fit")
+    for line in ("Filter p50 ≤ 3 ms at 10 nodes", "Filter p50 ≤ 10 ms at 20 nodes",
+                 "8 callers over 2 scheduler replicas", "no double booking: True",
+                 "scheduler resident memory, 20 nodes", "0 missed", "load average"):
+        assert line in out, out

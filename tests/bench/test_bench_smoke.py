@@ -1,7 +1,8 @@
 """Smoke test of the benchmark harness: ``python -m bench --quick`` runs every section end to end
-(daemons, traced stack, watch cache, recorder scale, burst) with minimal iterations and writes
-its results. No timing is asserted: the figures of a quick run mean nothing, only their shape.
-The chart is drawn only when matplotlib (the ``bench`` extra) is installed."""
+(daemons, traced stack, watch cache, recorder scale, burst, scheduler at scale) with minimal
+iterations and writes its results. No timing is asserted: the figures of a quick run mean
+nothing, only their shape. The chart is drawn only when matplotlib (the ``bench`` extra) is
+installed."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ FIGURES = {"noop", "check_quota", "check_quota_direct", "record_pod", "record_po
 GOALS = {"check_quota_vs_noop", "record_pod_vs_noop", "filter_compute_us_per_node",
          "fit_speedup_vs_naive", "tracing_overhead_check_quota", "recovery_s", "bytes_per_pod",
          "record_pod_many_watchers_vs_noop", "get_pod_usage_with_streams", "watch_lag_p99_ms",
-         "bytes_per_stream"}
+         "bytes_per_stream", "filter_p50_small_ms", "filter_p50_large_ms", "filter_p99_over_p50",
+         "filters_per_s_two_replicas", "fit_kernel_us_per_node", "scheduler_rss_mib",
+         "cache_lag_p50_ms"}
 MANY_WATCHERS = {"noop", "get_pod_usage", "get_pod_usage_watched", "record_pod_plain",
                  "record_pod_watched"}
 
@@ -33,8 +36,8 @@ def test_quick_run_writes_every_section(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     results = json.loads((tmp_path / "latest.json").read_text())
-    assert {"meta", "goals", "rpc", "fit", "recorder", "burst", "watch_lag", "profiles"
-            } <= results.keys()
+    assert {"meta", "goals", "rpc", "fit", "recorder", "burst", "watch_lag", "profiles",
+            "scheduler_scale"} <= results.keys()
     lag = results["watch_lag"]
     assert lag["missed"] == 0 and lag["p50_us"] is not None, lag
     assert results["meta"]["quick"] is True
@@ -65,6 +68,15 @@ def test_quick_run_writes_every_section(tmp_path: Path) -> None:
     assert many["fleet"]["errors"] == {} and many["watch_lag"]["missed"] == 0
     assert many["fleet"]["events_during_rounds"] > 0
 
+    scheduler = results["scheduler_scale"]
+    assert list(scheduler["steps"]) == ["10", "20"]
+    replicas = scheduler["steps"]["10"]["replicas"]
+    assert replicas["errors"] == 0 and replicas["check"]["no_double_booking"] is True, replicas
+    assert replicas["check"]["stored_pods"] == replicas["outcomes"].get("Scheduled", 0) > 0
+    assert scheduler["cache_lag"]["missed"] == 0
+    assert all(step["filter"]["errors"] == 0 for step in scheduler["steps"].values())
+
     text = (tmp_path / "benchmarks.md").read_text()
     assert "## Goals" in text and "## Burst" in text and "## Many watchers" in text
+    assert "## The scheduler at scale" in text
     assert (tmp_path / "benchmarks.png").is_file() == with_chart
