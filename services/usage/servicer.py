@@ -220,7 +220,9 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
                 self._subscriber, self._store.subscribe, stream, request.send_initial_state,
                 request.send_policy,
             )
-            async for message in hub.messages(stream, initial):
+            messages = hub.messages(stream, initial)
+            del initial  # the hub lets it go once it has been sent
+            async for message in messages:
                 yield message
         except WatcherCutOffError as error:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))

@@ -416,6 +416,10 @@ class WatchHub:
             for message in initial.batches if stream.accept_batches else initial.messages:
                 await self._turn(stream)
                 yield message
+            # Let go once sent (the caller keeps no reference either): the watchers that
+            # subscribed at this revision share it while they are sent it, and then its memory
+            # goes back, instead of each stream keeping its revision's copy for its whole life.
+            initial = None
         if self._pending(stream):
             self._turns.request(stream)
         while True:

@@ -297,3 +297,30 @@ def test_watchers_at_one_revision_share_one_encoded_initial_state() -> None:
     del first
     # Nobody holds it any more: the next watcher at that revision encodes afresh.
     assert hub.initial_state(WatchContent.NAMESPACES, False, 4) is None
+
+
+def test_a_stream_lets_go_of_its_initial_state_once_it_has_sent_it() -> None:
+    hub = WatchHub()
+    snapshot = [UsageEvent(EventKind.SNAPSHOT, 4, namespace="ns")]
+
+    def shared() -> bool:
+        return hub.initial_state(WatchContent.NAMESPACES, False, 4) is not None
+
+    async def scenario() -> list[bool]:
+        stream = hub.open(WatchContent.NAMESPACES, False)
+        initial = hub.encode_initial_state(WatchContent.NAMESPACES, False, 4, snapshot)
+        hub.attach(stream)
+        messages = hub.messages(stream, initial)
+        del initial  # as the servicer does: only the stream holds it
+        seen = [shared()]
+        await take(messages, 2)  # the snapshot and INITIAL_STATE_COMPLETE
+        seen.append(shared())  # a watcher subscribing now at revision 4 would share it
+        hub.publish([change(5)])
+        await take(messages, 1)
+        # Still open, past its initial state: a stream no longer pins its revision's copy (a
+        # replica that subscribed at its own revision used to hold one for the stream's life).
+        seen.append(shared())
+        hub.close(stream)
+        return seen
+
+    assert run(scenario) == [True, True, False]
