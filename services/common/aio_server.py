@@ -223,17 +223,18 @@ class _InlineContext(_PoolContext):
 
 def _dispatcher(
     behavior: Callable[..., Any],
+    loop: asyncio.AbstractEventLoop,
     executor: futures.ThreadPoolExecutor,
     calls: UnaryCalls,
     inline: bool,
     inline_unless: Callable[[], bool] | None,
 ) -> Callable[..., Any]:
-    """A synchronous unary handler as a coroutine, counted in ``calls``: run on the event
-    loop itself when ``inline`` (unless ``inline_unless()`` says it could block there now),
-    else on the pool."""
+    """A synchronous unary handler as a coroutine on ``loop``, counted in ``calls``: run on the
+    event loop itself when ``inline`` (unless ``inline_unless()`` says it could block there
+    now), else on the pool. The loop is given, not asked for: ``asyncio.get_running_loop``
+    makes a ``getpid`` system call in CPython 3.11."""
 
     async def dispatch(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        loop = asyncio.get_running_loop()
         calls.started()
         try:
             if inline and (inline_unless is None or not inline_unless()):
@@ -347,7 +348,7 @@ def build_aio_server(
         if observed.unary_unary is None or asyncio.iscoroutinefunction(observed.unary_unary):
             return observed
         return observed._replace(unary_unary=_dispatcher(
-            observed.unary_unary, executor, calls, method in inline, inline_unless
+            observed.unary_unary, loop, executor, calls, method in inline, inline_unless
         ))
 
     async def start() -> tuple[grpc.aio.Server, int, health_aio.HealthServicer]:
