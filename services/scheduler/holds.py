@@ -14,10 +14,10 @@ ReservationConflict, against 0.76 and 15 % with holds.
 Holds only shape the fit's view of the cache; the recorder's Reserve still decides what is
 stored, and every answer is what it stored. A node read directly from the recorder is fitted as
 read, without holds (it is newer than any of them), so "no node fits" is always confirmed
-without them. A hold adds to a card's memory, cores and slots only (a MIG card's instances
-are left as they are: the Reserve tells). A hold the cache should show by now but does not (a
-recorder restarted without its journal counts revisions from 0 again) lapses after
-``max_age_s``.
+without them; a Filter that read nothing from the cache (its stream down) holds nothing. A hold
+adds to a card's memory, cores and slots only (a MIG card's instances are left as they are: the
+Reserve tells). A hold the cache should show by now but does not (a recorder restarted without
+its journal counts revisions from 0 again) lapses after ``max_age_s``.
 """
 
 from __future__ import annotations

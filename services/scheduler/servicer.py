@@ -332,7 +332,13 @@ class PodPlacer:
         self._vectorized = vectorized
         """Cached candidates are fitted by services.scheduler.fit_kernel (else by fit_pod)."""
         self._holds = Holds()
-        """This replica's placements its node cache may not show yet."""
+        """This replica's placements its node cache may not show yet (Filters that read the
+        cache hold theirs; one that read directly, the stream down, holds nothing)."""
+
+    @property
+    def held_placements(self) -> int:
+        """How many of this replica's placements are held now (services.scheduler.holds)."""
+        return len(self._holds)
 
     def place_request(
         self,
@@ -566,7 +572,9 @@ class PodPlacer:
                 return self._no_fit(
                     pod, node_names, fit, candidates.unknown, attempt, policy, view, timeout
                 )
-            reservation = self._reserve(pod, fit, policy, view.replaces(), timeout)
+            reservation = self._reserve(
+                pod, fit, policy, view.replaces(), timeout, held=candidates.revision is not None
+            )
             if reservation.reason == POLICY_CHANGED:
                 # The recorder restarted under another policy since the Filter read it.
                 raise PolicyChangedError("")
@@ -640,10 +648,18 @@ class PodPlacer:
         policy: AccountingPolicy,
         replaces: int,
         timeout: CallTimeout,
+        *,
+        held: bool,
     ) -> Reservation:
-        """Reserve, the placement held meanwhile (and after, until the cache shows it) for
+        """Reserve; with ``held`` (the Filter read the cache, which then lets holds go as it
+        catches up), the placement is held meanwhile, and after until the cache shows it, for
         the replica's other Filters (services.scheduler.holds)."""
         assert fit.node_name is not None
+        if not held:
+            return self._recorder.reserve(
+                pod, fit.node_name, fit.grants, policy.policy_id, timeout(),
+                replaces_revision=replaces,
+            )
         key = self._holds.hold(pod.uid, fit.node_name, placement_usage(pod, fit.grants))
         reservation: Reservation | None = None
         try:

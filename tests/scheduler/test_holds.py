@@ -24,7 +24,7 @@ from services.scheduler.convert import PodDevices, Reservation
 from services.scheduler.holds import Holds
 from services.scheduler.node_cache import NodeCache, Snapshot
 from services.scheduler.servicer import PodPlacer, RecorderClient
-from tests.scheduler.conftest import NS, RPC_TIMEOUT_S, Recorder
+from tests.scheduler.conftest import NS, RPC_TIMEOUT_S, Recorder, free_port
 from tests.support.pods import app_container, gpu_device, kube_pod, to_json
 
 CARD_MIB = 24576
@@ -171,19 +171,24 @@ class WatchedRecorder(RecorderClient):
         return reservation
 
 
-Replica = tuple[StaleCache, WatchedRecorder, scheduler_pb2_grpc.SchedulerStub]
+Replica = tuple[StaleCache, WatchedRecorder, scheduler_pb2_grpc.SchedulerStub, PodPlacer]
 
 
 @pytest.fixture
-def replica(recorder: Recorder, serve_placer: ServePlacer) -> Iterator[Replica]:
-    """One scheduler replica (a cache that can be held stale) over two one-card nodes."""
+def replica(recorder: Recorder, serve_placer: ServePlacer, request: pytest.FixtureRequest
+            ) -> Iterator[Replica]:
+    """One scheduler replica (a cache that can be held stale) over two one-card nodes; a test
+    parametrized with ``watch_target`` points the cache's stream there."""
+    watch_target: str | None = getattr(request, "param", None)
     recorder.register_node("node1", [gpu_device("GPU-1", memory_mib=CARD_MIB)])
     recorder.register_node("node2", [gpu_device("GPU-2", memory_mib=CARD_MIB)])
     client = WatchedRecorder(recorder.target)
-    cache = StaleCache(client, grpc.insecure_channel(recorder.target)).start()
-    stub = serve_placer(PodPlacer(client, node_cache=cache))
-    assert cache.wait_for_revision(recorder.app.store.revision, WAIT_S)
-    yield cache, client, stub
+    cache = StaleCache(client, grpc.insecure_channel(watch_target or recorder.target)).start()
+    placer = PodPlacer(client, node_cache=cache)
+    stub = serve_placer(placer)
+    if watch_target is None:
+        assert cache.wait_for_revision(recorder.app.store.revision, WAIT_S)
+    yield cache, client, stub, placer
     cache.gate.set()
     client.release_first_reserve.set()
     cache.close()
@@ -212,7 +217,7 @@ def assert_stored_as_answered(recorder: Recorder, answers: dict[str, str]) -> No
 def test_a_filter_right_after_another_sees_its_placement_before_the_event(
     recorder: Recorder, replica: Replica
 ) -> None:
-    cache, client, stub = replica
+    cache, client, stub, placer = replica
     cache.gate.clear()  # the copy will not show the first placement
     first = filter_pod(stub, whole_card_pod("first"))
     second = filter_pod(stub, whole_card_pod("second"))
@@ -225,11 +230,13 @@ def test_a_filter_right_after_another_sees_its_placement_before_the_event(
     assert client.node_reads == []
     assert_stored_as_answered(recorder, {
         "uid-team-a-first": first.node_name, "uid-team-a-second": second.node_name})
+    assert placer.held_placements == 2
     # Once the copy shows both placements, the holds are let go and nothing counts twice.
     cache.gate.set()
     assert cache.wait_for_revision(recorder.app.store.revision, WAIT_S)
     third = filter_pod(stub, whole_card_pod("third"))
     assert third.reason == "NoNodeFits"
+    assert placer.held_placements == 0
     # "No node fits" is confirmed with direct reads (no hold applies to them).
     assert [sorted(read) for read in client.node_reads] == [["node1", "node2"]]
 
@@ -237,7 +244,7 @@ def test_a_filter_right_after_another_sees_its_placement_before_the_event(
 def test_two_filters_at_once_on_one_replica_do_not_choose_the_same_card(
     recorder: Recorder, replica: Replica
 ) -> None:
-    _cache, client, stub = replica
+    _cache, client, stub, _placer = replica
     client.release_first_reserve.clear()
     with futures.ThreadPoolExecutor(2) as pool:
         first = pool.submit(filter_pod, stub, whole_card_pod("first"))
@@ -253,3 +260,16 @@ def test_two_filters_at_once_on_one_replica_do_not_choose_the_same_card(
     assert client.node_reads == []
     assert_stored_as_answered(recorder, {
         "uid-team-a-first": first_answer.node_name, "uid-team-a-second": second.node_name})
+
+
+@pytest.mark.parametrize(
+    "replica", [f"127.0.0.1:{free_port()}"], indirect=True, ids=["stream-unreachable"]
+)
+def test_a_filter_that_read_directly_holds_nothing(recorder: Recorder, replica: Replica) -> None:
+    cache, client, stub, placer = replica
+    # The watch stream dials a port nobody listens on: every Filter reads directly, and a
+    # hold would wait for a cache that lets nothing go.
+    answer = filter_pod(stub, whole_card_pod("first"))
+    assert not cache.live
+    assert answer.reason == "Scheduled", answer.message
+    assert client.node_reads and placer.held_placements == 0
