@@ -122,15 +122,16 @@ def record_pid(pid: int, seconds: float, out: Path, *, gil: bool = False,
 
     ``gil``: only samples of the thread holding the GIL (where the CPU goes), instead of every
     thread's stack (where the calls' time goes, waits included). ``native``: C frames too (the
-    system calls grpc makes with the GIL held show up by name).
+    system calls grpc makes with the GIL held show up by name); py-spy then has to pause the
+    process for each sample (it refuses ``--nonblocking`` with ``--native``).
     """
     binary = pyspy_path()
     if binary is None:
         return None
     return subprocess.Popen(
         [binary, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))),
-         "--rate", str(RATE_HZ), "--format", "raw", "--output", str(out), "--nonblocking",
-         "--full-filenames", *(["--gil"] if gil else []), *(["--native"] if native else [])],
+         "--rate", str(RATE_HZ), "--format", "raw", "--output", str(out), "--full-filenames",
+         *(["--gil"] if gil else []), *(["--native"] if native else ["--nonblocking"])],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
