@@ -513,18 +513,25 @@ class Ledger:
         """
         if self._pods:
             raise ValueError("restore_all needs an empty ledger; use restore() per pod")
-        vendors = tuple(self._vendors.values())
+        # Each vendor's quota dimensions, in the order usage_totals sums them: memory, cores,
+        # devices (held_quantities' names).
+        resources = {
+            v.vendor: (v.memory_resource, v.core_resource, v.count_resource)
+            for v in self._vendors.values()
+        }
         namespace_used = self._namespace_used
         node_pods = self._node_pods
         pods = self._pods
         # Many pods carry equal usage: share one interned tuple per distinct value.
         usage_pool: dict[tuple[DeviceUsage, ...], tuple[DeviceUsage, ...]] = {}
         # The one place the totals are summed on plain integers rather than Amounts: per device
-        # [memory, cores, slots], turned into Amounts at the end; and what a shared usage tuple
-        # adds to its namespace, worked out once per tuple. Recovery of 100,000 pods took twice
-        # as long with an Amount per addition (docs/benchmarks.md).
+        # [memory, cores, slots], turned into Amounts at the end, and per namespace and vendor
+        # [memory, cores, devices] (usage_totals' rule: an entry is one device, however many
+        # slots it holds), named by the vendor's resources at the end. Recovery of 100,000 pods
+        # took twice as long with an Amount per addition, and a namespace share kept per usage
+        # tuple held 300 bytes per pod until the end, which stayed resident (docs/benchmarks.md).
         node_sums: dict[str, dict[str, list[int]]] = {}
-        namespace_share: dict[int, tuple[tuple[str, int], ...]] = {}
+        vendor_sums: dict[str, dict[str, list[int]]] = {}
         for stored in stored_pods:
             if not interned:
                 usage = usage_pool.get(stored.usage)
@@ -555,6 +562,9 @@ class Ledger:
             node = node_sums.get(stored.node_name)
             if node is None:
                 node = node_sums[stored.node_name] = {}
+            by_vendor = vendor_sums.get(stored.namespace)
+            if by_vendor is None:
+                by_vendor = vendor_sums[stored.namespace] = {}
             for entry in stored.usage:
                 vector = node.get(entry.uuid)
                 if vector is None:
@@ -563,23 +573,29 @@ class Ledger:
                     vector[0] += entry.memory_mib
                     vector[1] += entry.core_percent
                     vector[2] += entry.slots
+                held = by_vendor.get(entry.vendor)
+                if held is None:
+                    by_vendor[entry.vendor] = [entry.memory_mib, entry.core_percent, 1]
+                else:
+                    held[0] += entry.memory_mib
+                    held[1] += entry.core_percent
+                    held[2] += 1
                 if entry.mig:
                     self._count_mig(stored.node_name, entry, +1)
-            share = namespace_share.get(id(stored.usage))
-            if share is None:
-                share = namespace_share[id(stored.usage)] = tuple(
-                    item for vendor in vendors for item in held_quantities(stored.usage, vendor)
-                )
-            namespace = namespace_used.get(stored.namespace)
-            if namespace is None:
-                namespace = namespace_used[stored.namespace] = {}
-            for resource, quantity in share:
-                namespace[resource] = namespace.get(resource, 0) + quantity
-        self._node_used = {
-            node_name: {uuid: Amount(*vector) for uuid, vector in sums.items()}
-            for node_name, sums in node_sums.items()
-        }
-        node_used = self._node_used
+        # One node at a time, so its lists are freed as its Amounts are made.
+        self._node_used = node_used = {}
+        for node_name in list(node_sums):
+            node_used[node_name] = {
+                uuid: Amount(*vector) for uuid, vector in node_sums.pop(node_name).items()
+            }
+        for namespace_name, by_vendor in vendor_sums.items():
+            namespace = namespace_used.setdefault(namespace_name, {})
+            for vendor_name, held in by_vendor.items():
+                names = resources.get(vendor_name)
+                if names is None:  # a vendor this policy does not account
+                    continue
+                for resource, quantity in zip(names, held, strict=True):
+                    namespace[resource] = namespace.get(resource, 0) + quantity
         for uids in node_pods.values():
             uids.sort()
         # Keep the invariant of _add_to_totals: no zero entries.
@@ -857,8 +873,8 @@ class Ledger:
             total = held + entry.amount if sign > 0 else held - entry.amount
             if total:
                 node[entry.uuid] = total
-            else:
-                del node[entry.uuid]
+            else:  # nothing held now (a usage of zeros was never there to begin with)
+                node.pop(entry.uuid, None)
             if entry.mig:
                 self._count_mig(stored.node_name, entry, sign)
         if not node:

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from accounting.errors import InvalidInputError
 from accounting.ledger import Ledger, ReserveReason
 from accounting.lifecycle import Decision, StoredPod
-from accounting.model import Pod, PodPhase
+from accounting.model import DeviceUsage, MigInstance, MigPlacement, Pod, PodPhase
+from accounting.policy import AccountingPolicy
 from accounting.quota import QuotaReason
+from accounting.vendors import NVIDIA_RESOURCES, spec_for
 from tests.builders import PodBuilder, device, gpu, usage
 
 MEM = "nvidia.com/gpumem"
@@ -97,6 +99,46 @@ def test_forget_returns_every_total_to_zero_and_drops_empty_entries() -> None:
     assert len(ledger) == 0
     assert ledger.node_usage("node1") == {}
     assert ledger.namespace_items(NS) == {}
+
+
+_TWO_VENDORS = AccountingPolicy(vendors=(NVIDIA_RESOURCES, spec_for("DCU").resources))
+_RESTORED_USAGE = st.builds(
+    DeviceUsage,
+    uuid=st.sampled_from(["g0", "g1", "d0"]),
+    # DCU is accounted by the policy; MLU is not (its devices count on nodes only).
+    vendor=st.sampled_from(["NVIDIA", "DCU", "MLU"]),
+    memory_mib=st.integers(0, 4096),
+    core_percent=st.integers(0, 100),
+    slots=st.integers(0, 3),
+    mig=st.sampled_from([(), (MigInstance("1g.5gb", MigPlacement(0, 1)),)]),
+)
+_RESTORED_PODS = st.lists(
+    st.tuples(st.sampled_from(["ns-a", "ns-b"]), st.sampled_from(["node1", "node2"]),
+              st.lists(_RESTORED_USAGE, max_size=3, unique_by=lambda u: u.uuid)),
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_RESTORED_PODS)
+def test_restoring_all_at_once_gives_the_totals_of_restoring_one_by_one(
+    pods: list[tuple[str, str, list[DeviceUsage]]],
+) -> None:
+    stored = [StoredPod(f"uid-{i}", namespace, f"p{i}", node, tuple(held), revision=i + 1)
+              for i, (namespace, node, held) in enumerate(pods)]
+    one_by_one, at_once = Ledger(_TWO_VENDORS), Ledger(_TWO_VENDORS)
+    for pod in stored:
+        one_by_one.restore(pod)
+
+    at_once.restore_all(stored)
+
+    for name in ("node1", "node2"):
+        assert at_once.node_usage(name) == one_by_one.node_usage(name)
+        assert at_once.node_pod_uids(name) == one_by_one.node_pod_uids(name)
+        assert at_once.node_mig_in_use(name) == one_by_one.node_mig_in_use(name)
+    assert at_once.namespaces() == one_by_one.namespaces()
+    for namespace in ("ns-a", "ns-b"):
+        assert at_once.namespace_items(namespace) == one_by_one.namespace_items(namespace)
 
 
 def test_forget_of_an_unknown_pod_changes_nothing() -> None:
