@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -66,3 +67,19 @@ def test_the_license_is_an_spdx_expression_that_setuptools_reads_without_a_warni
     (setuptools,) = [r for r in project["build-system"]["requires"] if r.startswith("setuptools")]
     minimum = setuptools.split(">=", 1)[1].split(",")[0]
     assert int(minimum.split(".")[0]) >= 77, setuptools
+
+
+
+def test_a_slow_hypothesis_example_is_not_a_failure() -> None:
+    # tests/conftest.py's profile: an example past Hypothesis' default 200 ms deadline (as a
+    # loaded machine makes them) fails nothing. Decorated here, as any test module's are.
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=2)
+    @given(st.integers())
+    def slow(_: int) -> None:
+        time.sleep(0.25)
+
+    assert settings.default.deadline is None
+    slow()
