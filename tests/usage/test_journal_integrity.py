@@ -382,3 +382,19 @@ def test_a_damaged_backup_is_refused_by_restore(
     assert result.returncode == 3
     assert "1 rows fail their checksum or do not decode (pod uid-007)" in result.stderr
     assert not (tmp_path / "target" / JOURNAL_FILE_NAME).exists()
+
+
+def test_closing_twice_releases_the_directory_once_and_leaves_other_files_alone(
+    tmp_path: Path,
+) -> None:
+    journal = Journal.in_data_dir(tmp_path, lock=True)
+    journal.close()
+    # The watermark's descriptor number is free now: a file opened meanwhile may get it.
+    other = os.open(tmp_path / "unrelated", os.O_CREAT | os.O_RDWR)
+    try:
+        journal.close()
+        os.fstat(other)  # still open: the second close closed nothing
+        reopened = Journal.in_data_dir(tmp_path, lock=True)  # the lock was released
+        reopened.close()
+    finally:
+        os.close(other)
