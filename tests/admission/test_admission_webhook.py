@@ -100,10 +100,16 @@ def test_a_pod_over_quota_is_denied_403_with_the_sentence(
     assert namespace in status["message"]
 
 
-def test_already_used_usage_counts(send: Any, recorder: Recorder) -> None:
+def test_already_used_usage_counts(
+    send: Any, recorder: Recorder, webhook: AdmissionDaemon
+) -> None:
     recorder.set_quota("wh-used", mib=30000)
     recorder.use("wh-used", 20000)
     pod = kube_pod("p", "wh-used", init=[container("i", 20000)], apps=[container("a", 10000)])
+    # An AdmissionReview carries no usage revision: wait until this daemon's usage copy has the
+    # charge, as a later review would find it (under load the review raced the copy's event).
+    wait_until(lambda: webhook.usage.namespace_items("wh-used")["nvidia.com/gpumem"].used
+               == 20000, "the admission daemon's usage copy to hold the charge")
 
     response = send(review(pod)).body["response"]
 
