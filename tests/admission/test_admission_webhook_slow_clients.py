@@ -105,6 +105,7 @@ def test_slow_clients_are_cut_off_and_connections_are_capped(
     hello = _client_hello(cafile)
     clients: list[SlowClient] = []
     refused_at_connect = 0
+    opening_started = time.monotonic()
     for number in range(CLIENTS):
         try:
             if number % 3 == 2:
@@ -116,6 +117,7 @@ def test_slow_clients_are_cut_off_and_connections_are_capped(
         except (OSError, ssl.SSLError):
             refused_at_connect += 1  # closed during the handshake: over the cap
     started = time.monotonic()
+    opening_s = started - opening_started
     time.sleep(TRICKLE_S)
     peak_threads = threading.active_count()
 
@@ -126,11 +128,17 @@ def test_slow_clients_are_cut_off_and_connections_are_capped(
     report("webhook slow clients", clients=CLIENTS, cap=CAP, still_open=still_open,
            longest_s=round(max(lifetimes, default=0.0), 2), refused=webhook.refused_connections,
            expired=webhook.expired_connections, threads_before=threads_before,
-           threads_peak=peak_threads, closed_within_s=round(time.monotonic() - started, 2))
+           threads_peak=peak_threads, opening_s=round(opening_s, 2),
+           closed_within_s=round(time.monotonic() - started, 2))
     assert still_open == 0, f"{still_open} slow connections still open"
     assert max(lifetimes) <= REQUEST_TIMEOUT_S + SLACK_S, max(lifetimes)
-    # Every connection beyond the cap was closed on arrival, the others at their deadline.
-    assert webhook.refused_connections >= CLIENTS - CAP
+    # Every connection was closed by the server: beyond the cap on arrival, the others at their
+    # deadline. Opening them all takes longer than one deadline on a loaded machine (then the
+    # first ones expire and free their slots before the last arrive): only when they all arrived
+    # within one deadline must every one beyond the cap have been refused.
+    assert webhook.refused_connections + webhook.expired_connections >= CLIENTS
+    if opening_s < REQUEST_TIMEOUT_S:
+        assert webhook.refused_connections >= CLIENTS - CAP
     assert webhook.expired_connections >= min(CLIENTS, CAP) - refused_at_connect // 2
     # One thread per open connection at most, and they are gone once the clients are.
     assert peak_threads <= threads_before + CAP + 2
