@@ -192,6 +192,9 @@ def start_scheduler(recorder: Recorder) -> Iterator[StartScheduler]:
         options: dict[str, Any] = {
             "common": local_common(),
             "usage_addr": usage_addr or recorder.target,
+            # The tests are about answers, not deadlines (those that are set their own): the
+            # product's 2 s to the recorder was hit on a loaded 2-core machine.
+            "usage_timeout_ms": int(RPC_TIMEOUT_S * 1000),
         }
         options.update(overrides)
         app = start_scheduler_daemon(
