@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent import futures
 
 import grpc
@@ -26,6 +27,7 @@ from hami.accounting.v1 import (
     admission_pb2_grpc,
     scheduler_pb2,
     scheduler_pb2_grpc,
+    types_pb2,
     usage_pb2,
 )
 from services.common.server import client_channel
@@ -36,6 +38,26 @@ PODS = 50
 CALLERS = 8
 QUOTA_PODS = 40
 """The memory quota admits about this many benchmark pods (10,000 MiB each)."""
+
+
+def device_problems(
+    nodes: Iterable[types_pb2.NodeUsage], held: Mapping[str, Sequence[int]]
+) -> tuple[list[str], list[str]]:
+    """The devices whose recorded use differs from ``held`` (memory MiB, core percent and slots
+    summed over the stored pods), and those used past their capacity: double booking shows in
+    one or the other."""
+    mismatched: list[str] = []
+    over_capacity: list[str] = []
+    for node in nodes:
+        for device in node.devices:
+            used = [device.memory_used_mib, device.cores_used, device.slots_used]
+            if used != list(held.get(device.uuid, (0, 0, 0))):
+                mismatched.append(device.uuid)
+            if (device.memory_used_mib > device.memory_total_mib
+                    or device.cores_used > device.cores_total
+                    or device.slots_used > device.slots_total):
+                over_capacity.append(device.uuid)
+    return mismatched, over_capacity
 
 
 def run(stack: Stack) -> dict[str, object]:
@@ -110,16 +132,7 @@ def run(stack: Stack) -> dict[str, object]:
             entry[1] += usage.core_percent
             entry[2] += usage.slots
             namespace_memory += usage.memory_mib
-    mismatched, over_capacity = [], []
-    for node in nodes:
-        for device in node.devices:
-            used = [device.memory_used_mib, device.cores_used, device.slots_used]
-            if used != held.get(device.uuid, [0, 0, 0]):
-                mismatched.append(device.uuid)
-            if (device.memory_used_mib > device.memory_total_mib
-                    or device.cores_used > device.cores_total
-                    or device.slots_used > device.slots_total):
-                over_capacity.append(device.uuid)
+    mismatched, over_capacity = device_problems(nodes, held)
     items = stack.usage_stub.GetNamespaceUsage(
         usage_pb2.GetNamespaceUsageRequest(namespace=NAMESPACE), timeout=RPC_TIMEOUT_S).items
     recorded_memory = next((i.used for i in items if i.resource == "nvidia.com/gpumem"), 0)

@@ -48,7 +48,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import fitbench, load, profiling, rpc, workload
+from bench import burst, fitbench, load, profiling, rpc, workload
 from bench.stats import combine_rounds, percentile, ratio
 from hami.accounting.v1 import scheduler_pb2, usage_pb2
 from services.common.server import client_channel
@@ -113,15 +113,9 @@ def double_booking(stack: rpc.Stack, node_names: Sequence[str],
         nodes = stub.GetNodeUsage(
             usage_pb2.GetNodeUsageRequest(node_names=node_names[start:start + CHECK_BATCH]),
             timeout=rpc.RPC_TIMEOUT_S).nodes
-        for node in nodes:
-            for device in node.devices:
-                used = [device.memory_used_mib, device.cores_used, device.slots_used]
-                if used != held.get(device.uuid, [0, 0, 0]):
-                    mismatched.append(device.uuid)
-                if (device.memory_used_mib > device.memory_total_mib
-                        or device.cores_used > device.cores_total
-                        or device.slots_used > device.slots_total):
-                    over_capacity.append(device.uuid)
+        wrong, over = burst.device_problems(nodes, held)
+        mismatched += wrong
+        over_capacity += over
     scheduled = sum(1 for reason, _, _ in placements.answers.values() if reason == "Scheduled")
     return {
         "scheduled": scheduled,
