@@ -18,11 +18,34 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    # accounting.vendors builds its table from these types; the name is only read by checkers.
-    from accounting.vendors import VendorResources
+NVIDIA = "NVIDIA"
+"""Vendor keyword HAMi writes into hami.io/vgpu-devices-allocated for NVIDIA devices."""
+
+
+@dataclass(frozen=True, slots=True)
+class VendorResources:
+    """How one vendor's requests are named and sized (HAMi's ResourceNames plus defaults): the
+    part of a vendor table entry the accounting policy may configure.
+
+    A vendor without a memory, memory-percentage or core resource has "" there.
+    """
+
+    vendor: str = NVIDIA
+    """HAMi's CommonWord for the vendor: the TYPE of its grants, e.g. NVIDIA, DCU, MLU."""
+    count_resource: str = "nvidia.com/gpu"
+    memory_resource: str = "nvidia.com/gpumem"
+    memory_percentage_resource: str = "nvidia.com/gpumem-percentage"
+    core_resource: str = "nvidia.com/gpucores"
+    memory_factor: int = 1
+    """Memory requests are multiplied by this (HAMi's memoryFactor; chart default 1): the size
+    of one unit of the memory resource in MiB (Cambricon and Iluvatar 256, Moore Threads 512,
+    Metax sGPU 1024)."""
+    default_memory_mib: int = 0
+    """Memory given to a container that asks for neither MiB nor a percentage (0: whole card)."""
+    default_core_percent: int = 0
+    default_gpu_count: int = 1
+
 
 SOFT_SPLIT_MODE = "hami-core"
 """The value of a vendor's soft-split annotation asking for HAMi's soft split (Ascend)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from accounting.annotations import (
     DEVICES_ALLOCATED_ANNOTATION,
@@ -30,6 +30,10 @@ from accounting.annotations import (
     VGPU_MODE_ANNOTATION,
 )
 from accounting.errors import InvalidInputError
+
+# NVIDIA and VendorResources are defined beside VendorSpec, which holds one; they are read
+# from here, with the table (the `as` marks them as this module's too).
+from accounting.vendor_spec import NVIDIA as NVIDIA
 from accounting.vendor_spec import (
     CapacityDevices,
     Charge,
@@ -38,34 +42,7 @@ from accounting.vendor_spec import (
     Selection,
     VendorSpec,
 )
-
-NVIDIA = "NVIDIA"
-"""Vendor keyword HAMi writes into hami.io/vgpu-devices-allocated for NVIDIA devices."""
-
-
-@dataclass(frozen=True, slots=True)
-class VendorResources:
-    """How one vendor's requests are named and sized (HAMi's ResourceNames plus defaults): the
-    part of a vendor table entry the accounting policy may configure.
-
-    A vendor without a memory, memory-percentage or core resource has "" there.
-    """
-
-    vendor: str = NVIDIA
-    """HAMi's CommonWord for the vendor: the TYPE of its grants, e.g. NVIDIA, DCU, MLU."""
-    count_resource: str = "nvidia.com/gpu"
-    memory_resource: str = "nvidia.com/gpumem"
-    memory_percentage_resource: str = "nvidia.com/gpumem-percentage"
-    core_resource: str = "nvidia.com/gpucores"
-    memory_factor: int = 1
-    """Memory requests are multiplied by this (HAMi's memoryFactor; chart default 1): the size
-    of one unit of the memory resource in MiB (Cambricon and Iluvatar 256, Moore Threads 512,
-    Metax sGPU 1024)."""
-    default_memory_mib: int = 0
-    """Memory given to a container that asks for neither MiB nor a percentage (0: whole card)."""
-    default_core_percent: int = 0
-    default_gpu_count: int = 1
-
+from accounting.vendor_spec import VendorResources as VendorResources
 
 NVIDIA_RESOURCES = VendorResources()
 
