@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent import futures
 
@@ -38,6 +38,15 @@ PODS = 50
 CALLERS = 8
 QUOTA_PODS = 40
 """The memory quota admits about this many benchmark pods (10,000 MiB each)."""
+
+
+def add_stored(held: dict[str, list[int]], stored: Iterable[types_pb2.DeviceUsage]) -> None:
+    """Adds a pod's stored usage to ``held`` (per device: memory MiB, core percent, slots)."""
+    for usage in stored:
+        entry = held.setdefault(usage.uuid, [0, 0, 0])
+        entry[0] += usage.memory_mib
+        entry[1] += usage.core_percent
+        entry[2] += usage.slots
 
 
 def device_problems(
@@ -117,7 +126,7 @@ def run(stack: Stack) -> dict[str, object]:
     # The recorder's view afterwards.
     nodes = stack.usage_stub.GetNodeUsage(usage_pb2.GetNodeUsageRequest(node_names=pool),
                                           timeout=RPC_TIMEOUT_S).nodes
-    held: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    held: dict[str, list[int]] = {}
     namespace_memory = 0
     placed = 0
     for pod in pods:
@@ -126,12 +135,8 @@ def run(stack: Stack) -> dict[str, object]:
         if not stored.found:
             continue
         placed += 1
-        for usage in stored.stored:
-            entry = held[usage.uuid]
-            entry[0] += usage.memory_mib
-            entry[1] += usage.core_percent
-            entry[2] += usage.slots
-            namespace_memory += usage.memory_mib
+        add_stored(held, stored.stored)
+        namespace_memory += sum(usage.memory_mib for usage in stored.stored)
     mismatched, over_capacity = device_problems(nodes, held)
     items = stack.usage_stub.GetNamespaceUsage(
         usage_pb2.GetNamespaceUsageRequest(namespace=NAMESPACE), timeout=RPC_TIMEOUT_S).items

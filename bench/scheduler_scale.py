@@ -90,7 +90,7 @@ def double_booking(stack: rpc.Stack, node_names: Sequence[str],
                    placements: _Placements) -> dict[str, Any]:
     """What the recorder holds after a run, against what the answers said (module docstring)."""
     stub = stack.usage_stub
-    held: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    held: dict[str, list[int]] = {}
     answered_wrong: list[str] = []
     stored_count = 0
     for uid, (reason, node, cards) in placements.answers.items():
@@ -98,11 +98,7 @@ def double_booking(stack: rpc.Stack, node_names: Sequence[str],
                                   timeout=rpc.RPC_TIMEOUT_S)
         if stored.found:
             stored_count += 1
-            for usage in stored.stored:
-                entry = held[usage.uuid]
-                entry[0] += usage.memory_mib
-                entry[1] += usage.core_percent
-                entry[2] += usage.slots
+            burst.add_stored(held, stored.stored)
         if reason == "Scheduled":
             kept = {u.uuid: u.memory_mib for u in stored.stored}
             if not stored.found or stored.node_name != node or kept != cards:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from services.common.server import ServerHandle, build_server
 from services.scheduler.__main__ import SchedulerDaemon
 from services.scheduler.__main__ import start as start_scheduler_daemon
 from services.scheduler.config import SchedulerConfig
+from services.scheduler.node_cache import NodeCache
 from services.scheduler.servicer import (
     SERVICE_NAME,
     PodPlacer,
@@ -276,3 +278,17 @@ def bound_pod(
         node=node,
         phase="Running",
     )
+
+
+class GatedCache(NodeCache):
+    """A node cache whose stream applies events only while ``gate`` is set: clearing it makes
+    the copy stale on purpose."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def _apply(self, event: usage_pb2.UsageEvent) -> None:
+        self.gate.wait()
+        super()._apply(event)

@@ -19,12 +19,12 @@ import pytest
 
 from accounting.fit import NodeState
 from accounting.model import Device, DeviceState, DeviceUsage, Pod
-from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc, usage_pb2
+from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc
 from services.scheduler.convert import PodDevices, Reservation
 from services.scheduler.holds import Holds
-from services.scheduler.node_cache import NodeCache, Snapshot
+from services.scheduler.node_cache import Snapshot
 from services.scheduler.servicer import PodPlacer, RecorderClient
-from tests.scheduler.conftest import NS, RPC_TIMEOUT_S, Recorder, free_port
+from tests.scheduler.conftest import NS, RPC_TIMEOUT_S, GatedCache, Recorder, free_port
 from tests.support.pods import app_container, gpu_device, kube_pod, to_json
 
 CARD_MIB = 24576
@@ -126,19 +126,6 @@ def whole_card_pod(name: str) -> dict[str, Any]:
     return kube_pod(name, namespace=NS, apps=[app_container("main", gpumem=CARD_MIB)])
 
 
-class StaleCache(NodeCache):
-    """A node cache that stops applying events while ``gate`` is clear (stale on purpose)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.gate = threading.Event()
-        self.gate.set()
-
-    def _apply(self, event: usage_pb2.UsageEvent) -> None:
-        self.gate.wait()
-        super()._apply(event)
-
-
 class WatchedRecorder(RecorderClient):
     """Counts direct node reads and Reserves; the first Reserve can be held at a barrier."""
 
@@ -171,7 +158,7 @@ class WatchedRecorder(RecorderClient):
         return reservation
 
 
-Replica = tuple[StaleCache, WatchedRecorder, scheduler_pb2_grpc.SchedulerStub, PodPlacer]
+Replica = tuple[GatedCache, WatchedRecorder, scheduler_pb2_grpc.SchedulerStub, PodPlacer]
 
 
 @pytest.fixture
@@ -183,7 +170,7 @@ def replica(recorder: Recorder, serve_placer: ServePlacer, request: pytest.Fixtu
     recorder.register_node("node1", [gpu_device("GPU-1", memory_mib=CARD_MIB)])
     recorder.register_node("node2", [gpu_device("GPU-2", memory_mib=CARD_MIB)])
     client = WatchedRecorder(recorder.target)
-    cache = StaleCache(client, grpc.insecure_channel(watch_target or recorder.target)).start()
+    cache = GatedCache(client, grpc.insecure_channel(watch_target or recorder.target)).start()
     placer = PodPlacer(client, node_cache=cache)
     stub = serve_placer(placer)
     if watch_target is None:

@@ -13,7 +13,6 @@ condition with a generous limit.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -41,6 +40,7 @@ from services.usage.config import UsageConfig
 from tests.scheduler.conftest import (
     NS,
     RPC_TIMEOUT_S,
+    GatedCache,
     Recorder,
     StartScheduler,
     bound_pod,
@@ -93,20 +93,6 @@ class CountingRecorder(RecorderClient):
                  quota: bool = True) -> Snapshot:
         self.node_reads.append(tuple(node_names))
         return super().snapshot(node_names, namespace, timeout_s, quota=quota)
-
-
-class GatedCache(NodeCache):
-    """A node cache whose stream applies events only while ``gate`` is set: closing it makes
-    the copy stale on purpose."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.gate = threading.Event()
-        self.gate.set()
-
-    def _apply(self, event: usage_pb2.UsageEvent) -> None:
-        self.gate.wait()
-        super()._apply(event)
 
 
 CacheFactory = Callable[..., tuple[NodeCache, CountingRecorder, scheduler_pb2_grpc.SchedulerStub]]
