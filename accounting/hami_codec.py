@@ -34,6 +34,7 @@ from accounting.validate import (
     INT32_MIN,
     MAX_DEVICES_PER_NODE,
     MAX_GRANT_SLOTS,
+    bounded_json_array,
     check_wire_text,
     json_kind,
     quote,
@@ -213,14 +214,9 @@ def decode_node_register(
         raise InvalidInputError.single(path, "not valid JSON (nested too deeply)") from None
     if document is None:
         return ()
-    if not isinstance(document, list):
-        raise InvalidInputError.single(
-            path, f"must be a JSON array of devices, got {json_kind(document)}"
-        )
-    if len(document) > MAX_DEVICES_PER_NODE:
-        raise InvalidInputError.single(
-            path, f"at most {MAX_DEVICES_PER_NODE} devices, got {len(document)}"
-        )
+    document = bounded_json_array(
+        document, path, items="devices", noun="devices", limit=MAX_DEVICES_PER_NODE
+    )
     found = Violations()
     devices: list[Device] = []
     first_index: dict[str, int] = {}

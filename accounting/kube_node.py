@@ -19,7 +19,14 @@ from typing import Any
 from accounting import hami_codec, quantity
 from accounting.errors import InvalidInputError, Violations
 from accounting.model import Device
-from accounting.validate import INT32_MAX, MAX_DEVICES_PER_NODE, json_kind, json_object, quote
+from accounting.validate import (
+    INT32_MAX,
+    MAX_DEVICES_PER_NODE,
+    bounded_json_array,
+    json_kind,
+    json_object,
+    quote,
+)
 from accounting.vendor_spec import CapacityDevices, DeviceSource, VendorSpec
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources, specs_for
 
@@ -404,14 +411,9 @@ def _json_array(value: str, path: str) -> list[Any]:
         raise InvalidInputError.single(path, "must be a JSON array of devices") from None
     if document is None:
         return []
-    if not isinstance(document, list):
-        raise InvalidInputError.single(
-            path, f"must be a JSON array of devices, got {json_kind(document)}"
-        )
-    if len(document) > MAX_DEVICES_PER_NODE:
-        raise InvalidInputError.single(
-            path, f"at most {MAX_DEVICES_PER_NODE} devices, got {len(document)}"
-        )
+    document = bounded_json_array(
+        document, path, items="devices", noun="devices", limit=MAX_DEVICES_PER_NODE
+    )
     return document
 
 

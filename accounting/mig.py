@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from accounting.errors import InvalidInputError, Violations
 from accounting.model import MigInstance, MigPlacement, MigProfile
-from accounting.validate import INT32_MAX, json_kind, quote
+from accounting.validate import INT32_MAX, bounded_json_array, json_kind, quote
 
 MIG_MODE = "mig"
 """The ``mode`` a card registers when its node's device plugin runs it in MIG mode."""
@@ -148,14 +148,9 @@ def decode_allocations(value: str, *, path: str) -> tuple[MigAllocation, ...]:
         raise InvalidInputError.single(path, "must be a JSON array of MIG allocations") from None
     if document is None:
         return ()
-    if not isinstance(document, list):
-        raise InvalidInputError.single(
-            path, f"must be a JSON array of MIG allocations, got {json_kind(document)}"
-        )
-    if len(document) > MAX_MIG_ALLOCATIONS:
-        raise InvalidInputError.single(
-            path, f"at most {MAX_MIG_ALLOCATIONS} allocations, got {len(document)}"
-        )
+    document = bounded_json_array(
+        document, path, items="MIG allocations", noun="allocations", limit=MAX_MIG_ALLOCATIONS
+    )
     found = Violations()
     allocations: list[MigAllocation] = []
     seen: dict[tuple[int, int], int] = {}

@@ -78,6 +78,20 @@ def json_object(raw: bytes | str, path: str) -> dict[str, Any]:
     return document
 
 
+def bounded_json_array(
+    document: object, path: str, *, items: str, noun: str, limit: int
+) -> list[Any]:
+    """``document`` (decoded JSON, not null) as a list of at most ``limit`` entries; else an
+    error at ``path`` such as "must be a JSON array of devices, got an object"."""
+    if not isinstance(document, list):
+        raise InvalidInputError.single(
+            path, f"must be a JSON array of {items}, got {json_kind(document)}"
+        )
+    if len(document) > limit:
+        raise InvalidInputError.single(path, f"at most {limit} {noun}, got {len(document)}")
+    return document
+
+
 def json_kind(value: object) -> str:
     """What a decoded JSON value is, for messages: "an object", "a string", "null"..."""
     if value is None:
