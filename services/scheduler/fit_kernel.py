@@ -7,7 +7,8 @@ of node by node. Its answer is ``fit_pod``'s answer, exactly — chosen node, gr
 node's reason and every fitting node's score — which tests/scheduler/test_fit_kernel.py pins
 with a differential property test; the readable definition stays ``accounting.fit``.
 
-What it computes, per container in fitting order (``FitPlan.asks``), on all live rows:
+What it computes, per container in fitting order (``FitPlan.asks``), on all live rows (one
+row per distinct device state: nodes alike get one verdict, ``_run_per_state``):
 
 * the devices that may take the container: healthy, of the vendor, not refused by the pod's
   type, mode or UUID annotations, with a slot, the memory (a share sized per card) and cores
@@ -118,7 +119,7 @@ def fit_candidates(
     kernel_rows &= ~needs_rules[fields["signature"]]
     if plan.quota_room is not None and kernel_rows.any():
         kernel_rows &= _within_quota(plan, fields)
-    result = _run(plan, columns, kernel_rows)
+    result = _run_per_state(plan, columns, kernel_rows)
 
     failed: dict[str, str] = {}
     extra_scores: dict[str, float] = {}
@@ -271,6 +272,31 @@ def _allowed(plan: FitPlan, columns: Columns) -> tuple[BoolArray, BoolArray, Boo
                 if uuid in listed:
                     uuid_ok[position, row] = not plan.uuid_refused(uuid)
     return type_ok, uuid_ok, of_vendor
+
+
+def _run_per_state(plan: FitPlan, columns: Columns, rows: BoolArray) -> KernelResult:
+    """``_run`` on one row per distinct device state (NodeTable ``state_id``), each verdict
+    then given to every row of that state: nodes alike (the same cards with the same usage, as
+    most of a cluster is) get the same verdict, so the kernel's cost follows the number of
+    distinct states rather than of nodes. ``rows`` must be the same on rows of one state (the
+    kernel rows are: every test that picks them reads the state). Not when the pod names
+    UUIDs, the one thing alike nodes do not share, nor when few rows are alike."""
+    ids = columns.fields["state_id"]
+    if plan.listed_uuids or not ids.size:
+        return _run(plan, columns, rows)
+    seen = np.zeros(int(ids.max()) + 1, dtype=np.bool_)
+    seen[ids] = True
+    distinct = np.flatnonzero(seen)
+    if distinct.size * 2 > ids.size:
+        return _run(plan, columns, rows)
+    place = np.zeros(seen.shape, dtype=np.int64)
+    place[distinct] = np.arange(distinct.size)
+    state_of_row = place[ids]
+    # Any row of a state stands for it (whichever one the assignment keeps).
+    sample = np.empty(distinct.size, dtype=np.int64)
+    sample[state_of_row] = np.arange(ids.size)
+    result = _run(plan, columns.take(sample), rows[sample])
+    return KernelResult(result.fits[state_of_row], result.reason_keys[state_of_row])
 
 
 Picks = list[list[BoolArray]]

@@ -30,7 +30,10 @@ import numpy as np
 import numpy.typing as npt
 
 from accounting.fit import NodeState, device_score
+from accounting.model import DeviceState
 from hami.accounting.v1 import scheduler_pb2
+
+IntArray = npt.NDArray[np.int64]
 
 MAX_WIDTH = 16
 """Most devices per node the table lays out in columns; larger nodes go to the reference fit
@@ -54,9 +57,11 @@ DEVICE_INT_FIELDS = (
 """Per device: capacity, what is free, the tie-break rank (0 is tried first among equal
 scores), and the vocabulary ids of the vendor and of the (model, mode) pair."""
 DEVICE_BOOL_FIELDS = ("present", "healthy")
-NODE_FIELDS = ("node_score", "kernel_ok", "device_count", "signature")
-"""Per node: its score, whether the columns hold it, its device count, and the id of the set of
-(vendor, mode) pairs of its devices (what decides whether a vendor's own rules fit it)."""
+NODE_FIELDS = ("node_score", "kernel_ok", "device_count", "signature", "state_id")
+"""Per node: its score, whether the columns hold it, its device count, the id of the set of
+(vendor, mode) pairs of its devices (what decides whether a vendor's own rules fit it), and the
+id of its device state: nodes with the same id have equal columns in every field but the
+UUIDs (``_StateIds``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +89,77 @@ class Columns:
     def __len__(self) -> int:
         return len(self.names)
 
+    def take(self, rows: IntArray) -> Columns:
+        """The columns ``rows`` (indexes into these columns), in that order."""
+        name_array = self.name_array.take(rows)
+        return Columns(
+            name_array.tolist(),
+            name_array,
+            self.states.take(rows),
+            self.uuids.take(rows),
+            self.score_chunks.take(rows),
+            {name: _select(array, rows) for name, array in self.fields.items()},
+            self.vendors,
+            self.kinds,
+            self.signatures,
+        )
 
-IntArray = npt.NDArray[np.int64]
 
+class _StateIds:
+    """A small integer per distinct device state among the rows, held while a row has that
+    state (an id no row holds any more is given to the next new state), so the ids stay
+    below the number of rows however the usage churns."""
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[Any, ...], int] = {}
+        self._holders: dict[tuple[Any, ...], int] = {}
+        """State -> how many rows have it."""
+        self._row_states: dict[int, tuple[Any, ...]] = {}
+        self._free: list[int] = []
+
+    def assign(self, row: int, state: tuple[Any, ...]) -> int:
+        """The id of ``state``, now ``row``'s (in place of what the row had)."""
+        self.release(row)
+        found = self._ids.get(state)
+        if found is None:
+            found = self._free.pop() if self._free else len(self._ids)
+            self._ids[state] = found
+            self._holders[state] = 0
+        self._holders[state] += 1
+        self._row_states[row] = state
+        return found
+
+    def release(self, row: int) -> None:
+        """The row no longer has its state (rewritten or dropped)."""
+        state = self._row_states.pop(row, None)
+        if state is None:
+            return
+        self._holders[state] -= 1
+        if not self._holders[state]:
+            del self._holders[state]
+            self._free.append(self._ids.pop(state))
+
+
+def device_state_key(state: NodeState) -> tuple[Any, ...]:
+    """What every column of a node's row is computed from, but its name and UUIDs: two nodes
+    with equal keys have equal rows in every field the fit compares."""
+    return tuple(
+        (d.device.vendor, d.device.model, d.device.mode, d.device.healthy, d.device.index,
+         *_figures(d))
+        for d in state.devices
+    )
+
+
+def _figures(device: DeviceState) -> tuple[int, int, int, int, int, int]:
+    """A device's capacity, then what is used of it (slots, memory MiB, core percent)."""
+    return (
+        device.device.slots_total,
+        device.device.memory_total_mib,
+        device.device.core_percent_total,
+        device.slots_used,
+        device.memory_used_mib,
+        device.core_percent_used,
+    )
 
 @dataclass(frozen=True, slots=True)
 class _Lookup:
@@ -135,6 +208,7 @@ class NodeTable:
         self._signatures: dict[frozenset[tuple[str, str]], int] = {}
         self._signature_list: list[NodeState] = []
         self._fields: dict[str, Any] = {}
+        self._state_ids = _StateIds()
         self._last_lookup: _Lookup | None = None
         """The last ``gather``'s lookup of its names; None once a row is added or dropped."""
         self._grow(_INITIAL_ROWS, _INITIAL_WIDTH)
@@ -191,6 +265,7 @@ class NodeTable:
         fields["kernel_ok"] = np.zeros(capacity, dtype=np.bool_)
         fields["device_count"] = np.zeros(capacity, dtype=np.int64)
         fields["signature"] = np.zeros(capacity, dtype=np.int64)
+        fields["state_id"] = np.zeros(capacity, dtype=np.int64)
         # Absent devices rank after every device of their node.
         fields["rank"][:] = np.arange(width)[:, None]
         if old:
@@ -210,6 +285,7 @@ class NodeTable:
         self._width = width
 
     def _clear(self, row: int) -> None:
+        self._state_ids.release(row)
         for array in self._fields.values():
             array[..., row] = 0
         self._fields["rank"][:, row] = np.arange(self._width)
@@ -230,19 +306,10 @@ class NodeTable:
         fields["device_count"][row] = count
         fields["node_score"][row] = state.score
         fields["signature"][row] = self._signature(state)
+        fields["state_id"][row] = self._state_ids.assign(row, device_state_key(state))
         if count > self._width:
             return  # more than MAX_WIDTH: the reference fit takes the node
-        figures = [
-            (
-                d.device.slots_total,
-                d.device.memory_total_mib,
-                d.device.core_percent_total,
-                d.slots_used,
-                d.memory_used_mib,
-                d.core_percent_used,
-            )
-            for d in devices
-        ]
+        figures = [_figures(d) for d in devices]
         exact = all(0 <= value < _EXACT for figure in figures for value in figure)
         fields["kernel_ok"][row] = exact
         if not count or not exact:

@@ -9,10 +9,14 @@ UUID annotations, both node and GPU policies in the arguments and in the pod's a
 the policy's memory factor and default memory, and quotas from none to tight. The chosen node,
 its grants, every failed node's reason, every score, the reason code and the message must be
 equal. A second property compares the kernel's own verdict per node (the rows it fits itself)
-with fit_node, so the columns are tested even where the answer would hide a difference.
+with fit_node, so the columns are tested even where the answer would hide a difference. A
+third draws clusters of alike nodes (copies of a few states under their own names and UUIDs),
+where the kernel fits one node per distinct state and hands its verdict to the others.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -43,7 +47,7 @@ from accounting.model import (
 )
 from accounting.vendors import VendorResources
 from services.scheduler import fit_kernel
-from services.scheduler.node_table import NodeTable
+from services.scheduler.node_table import Columns, NodeTable
 
 SETTINGS = settings(
     max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -51,6 +55,7 @@ SETTINGS = settings(
 MODELS = ("NVIDIA A10", "NVIDIA A100-SXM4-40GB", "NVIDIA-Tesla T4", "NVIDIA H100")
 MODES = ("hami-core", "hami-core", "mps", "mig")
 NODE_NAMES = ("node-a", "node-b", "node-c", "node-d", "node-e", "node-f")
+MANY_NODE_NAMES = (*NODE_NAMES, "node-g", "node-h", "node-i", "node-j", "node-k", "node-l")
 
 
 @st.composite
@@ -174,6 +179,9 @@ vendors = st.sampled_from(
 )
 policies = st.sampled_from(["binpack", "spread"])
 
+FIT_ARGUMENTS = (policies, policies, quotas, vendors)
+"""Node policy, GPU policy, quota and vendor resources, drawn for a fit."""
+
 
 def table_of(nodes: list[NodeState], churn: list[NodeState]) -> NodeTable:
     """A table that saw ``churn`` first (rows written, then dropped or rewritten), then
@@ -193,10 +201,7 @@ def table_of(nodes: list[NodeState], churn: list[NodeState]) -> NodeTable:
     pods(),
     st.lists(st.sampled_from(NODE_NAMES), min_size=1, max_size=6, unique=True),
     st.data(),
-    policies,
-    policies,
-    quotas,
-    vendors,
+    *FIT_ARGUMENTS,
 )
 def test_the_vectorized_fit_gives_the_reference_answer(
     pod: Pod,
@@ -214,10 +219,27 @@ def test_the_vectorized_fit_gives_the_reference_answer(
     columns, missing = table.gather([n.node_name for n in nodes[apart:]])
     assert missing == []
 
+    assert_reference_answer(
+        pod, columns, nodes, nodes[:apart], vendor, node_policy, gpu_policy, quota
+    )
+
+
+def assert_reference_answer(
+    pod: Pod,
+    columns: Columns,
+    nodes: list[NodeState],
+    apart: list[NodeState],
+    vendor: VendorResources,
+    node_policy: str,
+    gpu_policy: str,
+    quota: QuotaContext | None,
+) -> None:
+    """The kernel over ``columns`` and the nodes ``apart`` answers as fit_pod over ``nodes``
+    (all of them)."""
     plan = fit_plan(pod, vendor=vendor, node_policy=node_policy, gpu_policy=gpu_policy,
                     quota=quota)
     assert plan is not None  # every drawn pod asks for a device
-    answer = fit_kernel.fit_candidates(plan, columns, nodes[:apart])
+    answer = fit_kernel.fit_candidates(plan, columns, apart)
 
     assert answer == fit_pod(
         pod, nodes, vendor=vendor, node_policy=node_policy, gpu_policy=gpu_policy, quota=quota
@@ -260,3 +282,42 @@ def test_every_row_the_kernel_fits_itself_gets_the_reference_verdict(
         for ask, taken in zip(plan.asks, picks, strict=True):
             chosen = [uuids[p] for mask in taken for p in mask[:, row].nonzero()[0].tolist()]
             assert chosen == [g.uuid for g in reference.grants[ask.position]]
+
+
+def copy_of(template: NodeState, name: str) -> NodeState:
+    """``template``'s devices and usage on a node of its own (its own UUIDs)."""
+    return NodeState(
+        name,
+        tuple(
+            dataclasses.replace(d, device=dataclasses.replace(d.device, uuid=f"{name}-g{i}"))
+            for i, d in enumerate(template.devices)
+        ),
+    )
+
+
+@SETTINGS
+@given(
+    pods(),
+    st.lists(st.sampled_from(MANY_NODE_NAMES), min_size=6, max_size=12, unique=True),
+    st.data(),
+    *FIT_ARGUMENTS,
+)
+def test_alike_nodes_get_the_reference_answer(
+    pod: Pod,
+    names: list[str],
+    data: st.DataObject,
+    node_policy: str,
+    gpu_policy: str,
+    quota: QuotaContext | None,
+    vendor: VendorResources,
+) -> None:
+    templates = [data.draw(node_states("template")) for _ in range(data.draw(st.integers(1, 3)))]
+    nodes = [copy_of(data.draw(st.sampled_from(templates)), name) for name in names]
+    # Rows written, rewritten and dropped first: state ids are freed and given again.
+    churn = [copy_of(data.draw(st.sampled_from(templates)), name) for name in names[:3]]
+    churn += [data.draw(node_states(name)) for name in names[3:5]]
+    columns, missing = table_of(nodes, churn).gather(names)
+    assert missing == []
+    assert len(set(columns.fields["state_id"].tolist())) <= len(templates)
+
+    assert_reference_answer(pod, columns, nodes, [], vendor, node_policy, gpu_policy, quota)

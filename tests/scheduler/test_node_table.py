@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from accounting.fit import NodeState
 from accounting.model import Device, DeviceState
-from services.scheduler.node_table import Columns, NodeTable
+from services.scheduler.node_table import Columns, NodeTable, device_state_key
 
 NAMES = tuple(f"node-{i}" for i in range(8))
 
@@ -53,12 +53,23 @@ def by_name(columns: Columns) -> dict[str, dict[str, Any]]:
             (d.device.vendor, d.device.mode)
             for d in columns.signatures[row["signature"]].devices
         )
+        # Checked apart (same_states): only which rows share an id means anything.
+        del row["state_id"]
         row["state"] = columns.states[i]
         row["uuids"] = columns.uuids[i]
         row["chunk"] = columns.score_chunks[i]
         row["name_array"] = columns.name_array[i]
         rows[name] = row
     return rows
+
+
+def same_states(columns: Columns) -> None:
+    """Rows share a state id exactly when their nodes' device states are equal."""
+    ids = columns.fields["state_id"].tolist()
+    keys = [device_state_key(state) for state in columns.states]
+    for i in range(len(ids)):
+        for j in range(len(ids)):
+            assert (ids[i] == ids[j]) == (keys[i] == keys[j])
 
 
 def fresh(nodes: dict[str, NodeState]) -> NodeTable:
@@ -77,6 +88,7 @@ def assert_same_gather(
     assert sorted(columns.names) == sorted(expected.names)
     assert len(columns.names) == len(columns)
     assert by_name(columns) == by_name(expected)
+    same_states(columns)
 
 
 def test_a_repeated_list_is_gathered_again_after_each_kind_of_change() -> None:
