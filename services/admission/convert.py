@@ -116,9 +116,16 @@ def quota_items_from_pb(items: Iterable[types_pb2.QuotaItem]) -> Mapping[str, Qu
     )
 
 
+_VENDOR_REQUEST_FIELDS = tuple(field.name for field in dataclasses.fields(EffectiveRequest))
+"""Every field of ``EffectiveRequest``, each the ``VendorRequest`` field of the same name."""
+
+
 def vendor_request_to_pb(request: EffectiveRequest) -> types_pb2.VendorRequest:
-    # Every field of the message is the field of the same name.
-    return types_pb2.VendorRequest(**dataclasses.asdict(request))
+    # Field by field rather than dataclasses.asdict, which deep-copies each (immutable) value:
+    # this runs for every vendor of every check.
+    return types_pb2.VendorRequest(
+        **{name: getattr(request, name) for name in _VENDOR_REQUEST_FIELDS}
+    )
 
 
 def check_item_to_pb(item: QuotaCheckItem) -> admission_pb2.QuotaCheckItem:

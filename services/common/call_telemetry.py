@@ -34,7 +34,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from services.common.metrics import RPC_DURATION
+from services.common.metrics import observe_rpc_duration
 
 _ROOT_SERVER_SPAN = otel_context.create_key("hami.accounting.root_server_span")
 """Context key of the call's SERVER span when the caller sent no trace context."""
@@ -115,9 +115,7 @@ class _Call:
         cancelled: bool = False,
     ) -> None:
         code = _status(context, error is not None, cancelled)
-        RPC_DURATION.labels(service=service, method=method, code=code.name).observe(
-            time.perf_counter() - self.started_s
-        )
+        observe_rpc_duration(service, method, code.name, time.perf_counter() - self.started_s)
         span = self.span
         if span is None:
             return

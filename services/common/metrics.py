@@ -10,6 +10,7 @@ usage recorder sets).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 
 import prometheus_client
@@ -72,7 +73,27 @@ class MetricsError(RuntimeError):
 
 def record_decision(service: str, decision: str, reason: str) -> None:
     """Counts one decision, e.g. ``("admission", "deny", "MEMORY_QUOTA_EXCEEDED")``."""
-    DECISIONS.labels(service=service, decision=decision, reason=reason).inc()
+    _decision_series(service, decision, reason).inc()
+
+
+def observe_rpc_duration(service: str, method: str, code: str, seconds: float) -> None:
+    """Records the duration of one served call, e.g. ``("admission",
+    "/hami.accounting.v1.Admission/CheckQuota", "OK", 0.0004)``."""
+    _rpc_duration_series(service, method, code).observe(seconds)
+
+
+# Each series is looked up once: ``labels()`` checks the label names and takes the metric's lock
+# on every call, and these two run on every call of every daemon. The label values come from a
+# closed set (daemons, registered methods, status codes, decision reasons), so the caches stay
+# as small as the metrics themselves; no series of these two metrics is ever removed.
+@functools.cache
+def _decision_series(service: str, decision: str, reason: str) -> prometheus_client.Counter:
+    return DECISIONS.labels(service=service, decision=decision, reason=reason)
+
+
+@functools.cache
+def _rpc_duration_series(service: str, method: str, code: str) -> prometheus_client.Histogram:
+    return RPC_DURATION.labels(service=service, method=method, code=code)
 
 
 def set_ledger_total(scope: str, name: str, memory_mib: int, core_percent: int) -> None:

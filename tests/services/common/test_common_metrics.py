@@ -22,6 +22,40 @@ def test_decisions_are_counted_by_service_decision_and_reason() -> None:
     assert _value("hami_accounting_decisions_total", labels) == before + 2
 
 
+def test_each_series_counts_on_its_own_once_bound() -> None:
+    # The series are looked up once and reused: a second value of any label is its own series,
+    # and a reused one keeps counting.
+    allow = {"service": "metrics-bound", "decision": "allow", "reason": "WITHIN_QUOTA"}
+    deny = {**allow, "decision": "deny", "reason": "MEMORY_QUOTA_EXCEEDED"}
+    before = {k: _value("hami_accounting_decisions_total", v) or 0.0
+              for k, v in (("allow", allow), ("deny", deny))}
+    for decision, reason in (("allow", "WITHIN_QUOTA"), ("deny", "MEMORY_QUOTA_EXCEEDED"),
+                             ("allow", "WITHIN_QUOTA")):
+        metrics.record_decision("metrics-bound", decision, reason)
+    assert _value("hami_accounting_decisions_total", allow) == before["allow"] + 2
+    assert _value("hami_accounting_decisions_total", deny) == before["deny"] + 1
+
+
+def test_rpc_durations_are_observed_by_service_method_and_code() -> None:
+    ok = {"service": "metrics-bound", "method": "/x.Y/Z", "code": "OK"}
+    failed = {**ok, "code": "INVALID_ARGUMENT"}
+    name = "hami_accounting_rpc_duration_seconds"
+    samples = {"ok": (f"{name}_count", ok), "ok_sum": (f"{name}_sum", ok),
+               "ok_fast": (f"{name}_bucket", {**ok, "le": "0.25"}),
+               "failed": (f"{name}_count", failed)}
+
+    def read() -> dict[str, float]:
+        return {key: _value(*sample) or 0.0 for key, sample in samples.items()}
+
+    before = read()
+    metrics.observe_rpc_duration("metrics-bound", "/x.Y/Z", "OK", 0.25)
+    metrics.observe_rpc_duration("metrics-bound", "/x.Y/Z", "OK", 0.5)
+    metrics.observe_rpc_duration("metrics-bound", "/x.Y/Z", "INVALID_ARGUMENT", 0.125)
+    after = read()
+    assert {key: after[key] - before[key] for key in samples} == {
+        "ok": 2, "ok_sum": 0.75, "ok_fast": 1, "failed": 1}
+
+
 def test_ledger_totals_are_set_and_removed() -> None:
     labels = {"scope": "node", "name": "metrics-test-node"}
     metrics.set_ledger_total("node", "metrics-test-node", memory_mib=12288, core_percent=150)
