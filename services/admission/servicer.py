@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.util.types import AttributeValue
 
 from accounting.model import TRACEPARENT_ANNOTATION, Pod
 from accounting.pod import EffectiveRequest, effective_request, vendors_asked
@@ -74,6 +75,48 @@ PodReader = Callable[[tuple[VendorResources, ...]], Pod]
 """Reads the request's pod with the resource names of a policy's vendors (none: no policy)."""
 
 
+_ATTR_VIA = telemetry.ATTR_PREFIX + "via"
+# The decision's attribute keys, prefixed once (telemetry.set_attributes would prefix each key,
+# and check each value's type, on every check: these values are already ints, bools and str).
+_ATTR_EFFECTIVE_MEMORY_MIB = telemetry.ATTR_PREFIX + "effective.memory_mib"
+_ATTR_EFFECTIVE_CORE_PERCENT = telemetry.ATTR_PREFIX + "effective.core_percent"
+_ATTR_EFFECTIVE_COUNT = telemetry.ATTR_PREFIX + "effective.count"
+_ATTR_EFFECTIVE_SIZED_AT_SCHEDULING = (
+    telemetry.ATTR_PREFIX + "effective.memory_sized_at_scheduling"
+)
+_ATTR_DECISION = telemetry.ATTR_PREFIX + "decision"
+_ATTR_REASON = telemetry.ATTR_PREFIX + "reason"
+_ATTR_POLICY_ID = telemetry.ATTR_PREFIX + "policy_id"
+
+
+def _check_attributes(pod: Pod, via: str) -> dict[str, AttributeValue]:
+    """What the check's span says from its start: the pod, and the front end that asked."""
+    attributes = telemetry.pod_attributes(pod)
+    attributes[_ATTR_VIA] = via
+    return attributes
+
+
+def _decision_attributes(
+    effective: tuple[EffectiveRequest, ...],
+    decision: QuotaDecision,
+    verdict: str,
+    policy: AccountingPolicy | None,
+) -> dict[str, AttributeValue]:
+    """What the check's span says once it decided: the effective request over every vendor,
+    the decision and the policy."""
+    return {
+        _ATTR_EFFECTIVE_MEMORY_MIB: sum(e.memory_mib for e in effective),
+        _ATTR_EFFECTIVE_CORE_PERCENT: sum(e.core_percent for e in effective),
+        _ATTR_EFFECTIVE_COUNT: sum(e.count for e in effective),
+        _ATTR_EFFECTIVE_SIZED_AT_SCHEDULING: any(
+            e.memory_sized_at_scheduling for e in effective
+        ),
+        _ATTR_DECISION: verdict,
+        _ATTR_REASON: decision.reason,
+        _ATTR_POLICY_ID: policy.policy_id if policy else "",
+    }
+
+
 @contextmanager
 def _pod_trace_span(tracer: trace.Tracer, pod: Pod, via: str) -> Iterator[trace.Span]:
     """The check's span: on the pod's trace when it has one; else the call's own SERVER span
@@ -89,9 +132,7 @@ def _pod_trace_span(tracer: trace.Tracer, pod: Pod, via: str) -> Iterator[trace.
     root = root_server_span()
     if root is not None:
         # The caller sent no trace context: the RPC's span is the pod's root span.
-        root.set_attributes(
-            {**telemetry.pod_attributes(pod), telemetry.ATTR_PREFIX + "via": via}
-        )
+        root.set_attributes(_check_attributes(pod, via))
         yield root
         return
     current = trace.get_current_span().get_span_context()
@@ -100,7 +141,7 @@ def _pod_trace_span(tracer: trace.Tracer, pod: Pod, via: str) -> Iterator[trace.
         SPAN_NAME,
         context=otel_context.Context(),  # empty: a new trace, the pod's own
         links=links,
-        attributes={**telemetry.pod_attributes(pod), telemetry.ATTR_PREFIX + "via": via},
+        attributes=_check_attributes(pod, via),
     )
     # start_span and attach rather than start_as_current_span: the same span and the same
     # error recording, without two more context managers on every check.
@@ -187,20 +228,9 @@ class QuotaChecker:
             )
             decision = self._decide(pod.namespace, effective, policy, min_usage_revision)
             verdict = "allow" if decision.allowed else "deny"
-            telemetry.set_attributes(
-                span,
-                {
-                    "effective.memory_mib": sum(e.memory_mib for e in effective),
-                    "effective.core_percent": sum(e.core_percent for e in effective),
-                    "effective.count": sum(e.count for e in effective),
-                    "effective.memory_sized_at_scheduling": any(
-                        e.memory_sized_at_scheduling for e in effective
-                    ),
-                    "decision": verdict,
-                    "reason": decision.reason,
-                    "policy_id": policy.policy_id if policy else "",
-                },
-            )
+            if span.is_recording():
+                # Only when a span records: the sums are not worth computing for none.
+                span.set_attributes(_decision_attributes(effective, decision, verdict, policy))
             # Without tracing the pod keeps whatever trace it already had.
             traceparent = (
                 telemetry.current_traceparent() if span.get_span_context().is_valid else ""
