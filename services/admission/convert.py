@@ -120,24 +120,24 @@ _VENDOR_REQUEST_FIELDS = tuple(field.name for field in dataclasses.fields(Effect
 """Every field of ``EffectiveRequest``, each the ``VendorRequest`` field of the same name."""
 
 
-def vendor_request_to_pb(request: EffectiveRequest) -> types_pb2.VendorRequest:
+def vendor_request_fields(request: EffectiveRequest) -> dict[str, Any]:
+    """The ``VendorRequest`` fields of an effective request."""
     # Field by field rather than dataclasses.asdict, which deep-copies each (immutable) value:
     # this runs for every vendor of every check.
-    return types_pb2.VendorRequest(
-        **{name: getattr(request, name) for name in _VENDOR_REQUEST_FIELDS}
-    )
+    return {name: getattr(request, name) for name in _VENDOR_REQUEST_FIELDS}
 
 
-def check_item_to_pb(item: QuotaCheckItem) -> admission_pb2.QuotaCheckItem:
-    return admission_pb2.QuotaCheckItem(
-        resource=item.resource,
-        requested=common.saturated(item.requested),
-        used=common.saturated(item.used),
-        limit=common.saturated(item.limit),
-        limit_set=item.limit_set,
-        exceeded=item.exceeded,
-        enforced=item.enforced,
-    )
+def check_item_fields(item: QuotaCheckItem) -> dict[str, Any]:
+    """The ``QuotaCheckItem`` message fields of one dimension of a check."""
+    return {
+        "resource": item.resource,
+        "requested": common.saturated(item.requested),
+        "used": common.saturated(item.used),
+        "limit": common.saturated(item.limit),
+        "limit_set": item.limit_set,
+        "exceeded": item.exceeded,
+        "enforced": item.enforced,
+    }
 
 
 def check_response(
@@ -147,13 +147,17 @@ def check_response(
     traceparent: str,
     policy_id: str,
 ) -> admission_pb2.CheckQuotaResponse:
-    return admission_pb2.CheckQuotaResponse(
+    response = admission_pb2.CheckQuotaResponse(
         allowed=decision.allowed,
         reason=decision.reason,
         message=decision.message,
         traceparent=traceparent,
-        effective=[vendor_request_to_pb(request) for request in effective],
-        items=[check_item_to_pb(item) for item in decision.items],
         namespace=namespace,
         policy_id=policy_id,
     )
+    # Built in place: messages built first would each be copied into the response.
+    for request in effective:
+        response.effective.add(**vendor_request_fields(request))
+    for item in decision.items:
+        response.items.add(**check_item_fields(item))
+    return response

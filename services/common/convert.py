@@ -8,6 +8,7 @@ like ``pod.containers[1].container_class``), output is built here. No accounting
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Literal, Protocol, TypeVar
 
 from accounting import kube_node, kube_pod, validate
@@ -158,7 +159,8 @@ def pod_from_pb(pb: types_pb2.Pod, path: str = "pod") -> Pod:
             found, pb.status.container_statuses, f"{path}.status.container_statuses"
         ),
         node_name=pb.node_name,
-        annotations=dict(pb.annotations),
+        # Read-only already: Pod would otherwise copy the mapping a second time to freeze it.
+        annotations=MappingProxyType(dict(pb.annotations)),
         terminating=pb.terminating,
     )
     validate.check_pod(found, pod, path)
@@ -211,10 +213,10 @@ def _container_from_pb(
         container_class = ContainerClass.APP
     grants = pb.grants
     return Container(
-        name=pb.name,
-        container_class=container_class,
-        requests=tuple([request_from_pb(request) for request in pb.requests]),
-        grants=tuple([grant_from_pb(grant) for grant in grants]) if grants else (),
+        pb.name,
+        container_class,
+        tuple([request_from_pb(request) for request in pb.requests]),
+        tuple([grant_from_pb(grant) for grant in grants]) if grants else (),
     )
 
 
@@ -329,7 +331,11 @@ def _from_wire(pb: object, fields: _Fields) -> dict[str, Any]:
 
 
 def request_from_pb(pb: types_pb2.DeviceRequest) -> DeviceRequest:
-    return DeviceRequest(**_from_wire(pb, _REQUEST_FIELDS))
+    # Spelled out rather than through _REQUEST_FIELDS: this runs for every request of every
+    # pod read, and a test holds it to the table.
+    return DeviceRequest(
+        pb.vendor, pb.count, pb.memory_mib, pb.memory_percent, pb.core_percent, pb.slices
+    )
 
 
 def request_to_pb(request: DeviceRequest) -> types_pb2.DeviceRequest:

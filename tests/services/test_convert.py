@@ -76,6 +76,23 @@ def test_pod_round_trips_through_the_wire_bytes() -> None:
     assert convert.pod_from_pb(types_pb2.Pod.FromString(wire)) == sample_pod()
 
 
+def test_a_request_reads_each_wire_field_into_its_own() -> None:
+    # Distinct values: two fields swapped by the reader would show. The reader is spelled out
+    # for speed; it must agree with the conversion's field table.
+    pb = types_pb2.DeviceRequest(
+        vendor="X", count=2, memory_mib=3, memory_percent=4, core_percent=5, slices=6
+    )
+    request = convert.request_from_pb(pb)
+    assert request == DeviceRequest(
+        vendor="X", count=2, memory_mib=3, memory_percent=4, core_percent=5, slices=6
+    )
+    assert not request.memory_unscaled
+    table = convert._REQUEST_FIELDS
+    assert {domain: getattr(request, domain) for domain, _ in table} == {
+        domain: getattr(pb, wire) for domain, wire in table
+    }
+
+
 _NAMES = st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True)
 _REQUESTS = st.builds(
     DeviceRequest,
