@@ -27,7 +27,7 @@ import inspect
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextvars import Token
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from opentelemetry import context as otel_context
@@ -42,6 +42,8 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 _CONTEXT_KEYS = frozenset(_PROPAGATOR.fields)
 """The metadata keys the W3C context travels in (traceparent, tracestate)."""
 _OK = grpc.StatusCode.OK
+if TYPE_CHECKING:
+    _Handler = grpc.RpcMethodHandler[Any, Any]  # generic in grpc-stubs only
 
 
 def root_server_span() -> trace.Span | None:
@@ -137,16 +139,30 @@ class CallTelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg
     def __init__(self, service: str, tracer: trace.Tracer | None = None) -> None:
         self._service = service
         self._tracer = tracer
+        self._observed: dict[str, tuple[_Handler, _Handler]] = {}
+        """Per method: the handler last found and its observed wrapper."""
 
     def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        continuation: Callable[[grpc.HandlerCallDetails], _Handler | None],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+    ) -> _Handler | None:
         handler = continuation(handler_call_details)
         if handler is None:
             return None
         method = handler_call_details.method
+        # grpc asks on every call; a registered method's handler is the same object each time,
+        # so its wrapper is built once (a handler made per call, as a generic handler may
+        # return, is wrapped anew). A race between two first calls only builds it twice.
+        known = self._observed.get(method)
+        if known is not None and known[0] is handler:
+            return known[1]
+        observed = self._observe(method, handler)
+        self._observed[method] = (handler, observed)
+        return observed
+
+    def _observe(self, method: str, handler: _Handler) -> _Handler:
+        """``handler`` with every call timed and, when tracing, spanned."""
         service, tracer = self._service, self._tracer
         rpc_service, _, rpc_method = method.lstrip("/").partition("/")
         attributes = {"rpc.system": "grpc", "rpc.service": rpc_service, "rpc.method": rpc_method}

@@ -221,8 +221,11 @@ def _container_from_pb(
 
 
 def _statuses_from_pb(
-    found: Violations, statuses: Iterable[types_pb2.ContainerStatus], path: str
+    found: Violations, statuses: Sequence[types_pb2.ContainerStatus], path: str
 ) -> tuple[ContainerStatus, ...]:
+    if not statuses:
+        # A pod being admitted has no status yet: skip building the generator for nothing.
+        return ()
     return tuple(
         ContainerStatus(
             name=status.name,

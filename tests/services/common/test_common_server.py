@@ -10,6 +10,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from hami.accounting.v1 import usage_pb2, usage_pb2_grpc
 from services.common import metrics
+from services.common.call_telemetry import CallTelemetryInterceptor
 from services.common.server import ServerStartError, client_channel
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -113,6 +114,44 @@ def test_latency_interceptor_counts_calls_by_method_and_code(serve: ServeFn) -> 
             stub.GetPodUsage(usage_pb2.GetPodUsageRequest(pod_uid="invalid"), timeout=5)
     assert _histogram_count("latency-test", method, "OK") == before_ok + 2
     assert _histogram_count("latency-test", method, "INVALID_ARGUMENT") == before_bad + 1
+
+
+class _CallDetails:
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.invocation_metadata = ()
+
+
+class _Context:
+    """What the interceptor reads of a servicer context, for a call that returned normally."""
+
+    def code(self) -> None:
+        return None
+
+    def details(self) -> None:
+        return None
+
+
+def test_a_methods_observed_handler_is_built_once_and_again_for_another() -> None:
+    interceptor = CallTelemetryInterceptor("memo-test")
+    method = "/memo.Test/Call"
+    first = grpc.unary_unary_rpc_method_handler(lambda request, context: ("first", request))
+    second = grpc.unary_unary_rpc_method_handler(lambda request, context: ("second", request))
+    before = _histogram_count("memo-test", method, "OK")
+
+    observed = interceptor.intercept_service(lambda _: first, _CallDetails(method))
+    assert observed is not None and observed is not first
+    # grpc asks for every call: the same handler gets the same wrapper back.
+    assert interceptor.intercept_service(lambda _: first, _CallDetails(method)) is observed
+    # Another handler for the method (a generic handler may make one per call) is wrapped anew.
+    replaced = interceptor.intercept_service(lambda _: second, _CallDetails(method))
+    assert replaced is not None and replaced is not observed
+    assert interceptor.intercept_service(lambda _: None, _CallDetails(method)) is None
+
+    assert observed.unary_unary(1, _Context()) == ("first", 1)
+    assert observed.unary_unary(2, _Context()) == ("first", 2)
+    assert replaced.unary_unary(3, _Context()) == ("second", 3)
+    assert _histogram_count("memo-test", method, "OK") == before + 3
 
 
 def test_metrics_service_label_defaults_to_the_daemon_name(serve: ServeFn) -> None:
