@@ -845,13 +845,14 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     def __init__(self, placer: PodPlacer) -> None:
         self._placer = placer
+        self._node_names = convert.NodeNameReader()
 
     @map_errors
     def Filter(  # type: ignore[override]  # answers encoded (add_to_server)
         self, request: scheduler_pb2.FilterRequest, context: grpc.ServicerContext
     ) -> bytes:
         pod, outcome = self._placer.place_request(
-            lambda vendors: convert.filter_input(request, vendors),
+            lambda vendors: convert.filter_input(request, vendors, self._node_names),
             lambda: common.pod_source_asks_for_devices(request),
             _call_timeout(context, self._placer.usage_timeout_s),
         )
