@@ -463,6 +463,25 @@ def test_the_check_span_carries_the_pod_and_the_decision(
     assert attributes["hami.accounting.decision"] == "deny"
     assert attributes["hami.accounting.reason"] == "MemoryQuotaExceeded"
     assert attributes["rpc.method"] == "CheckQuota"
+    # Exactly the attributes docs/observability.md lists, none missing and none extra.
+    assert attributes == {
+        "rpc.system": "grpc",
+        "rpc.service": "hami.accounting.v1.Admission",
+        "rpc.method": "CheckQuota",
+        "rpc.grpc.status_code": 0,
+        "hami.accounting.pod.uid": f"uid-{namespace}-checked",
+        "hami.accounting.pod.namespace": namespace,
+        "hami.accounting.pod.name": "checked",
+        "hami.accounting.via": "grpc",
+        "hami.accounting.effective.memory_mib": 30720,
+        "hami.accounting.effective.core_percent": 20,
+        "hami.accounting.effective.count": 1,
+        "hami.accounting.effective.memory_sized_at_scheduling": False,
+        "hami.accounting.decision": "deny",
+        "hami.accounting.reason": "MemoryQuotaExceeded",
+        "hami.accounting.policy_id": response.policy_id,
+    }
+    assert response.policy_id
     assert span.parent is None, "the check starts the pod's trace"
     assert f"{span.context.trace_id:032x}" in response.traceparent
     assert f"{span.context.span_id:016x}" in response.traceparent
@@ -472,6 +491,8 @@ def test_the_check_span_carries_the_pod_and_the_decision(
     assert len(checks) == 1
     second = checks[0]
     assert dict(second.attributes or {})["hami.accounting.pod.name"] == "second"
+    # The check's own span says what the root span says about the pod and the decision.
+    assert set(second.attributes or {}) == {key for key in attributes if key.startswith("hami.")}
     assert second.parent is None
     assert f"{second.context.trace_id:032x}" != "1" * 32
     assert [f"{link.context.trace_id:032x}" for link in second.links] == ["1" * 32]
