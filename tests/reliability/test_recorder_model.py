@@ -67,8 +67,8 @@ RPC_TIMEOUT_S = 10.0
 # The soak size is bounded by time: a 40-step sequence makes about 9 RPCs per step (the
 # invariant reads every live and forgotten pod back), and the one recorder serving every
 # sequence keeps growing (nodes, namespaces, tombstones, a longer journal to recover on each
-# restart). Measured on 2 quiet cores: about 0.25 s per sequence at 1,000 sequences, 0.3 s at
-# 2,500; 5,000 sequences took over 35 minutes. 2,000 took 16 minutes at a load average of 5.
+# restart). Measured on 2 cores: 5,000 sequences ran over 35 minutes without finishing; in
+# `make soak`, 2,000 took 15 minutes at a load average of 1.7 and 16 at 5.
 MAX_EXAMPLES = sized(150, 2000)
 STEPS = sized(15, 40)
 MAX_LIVE_PODS = 4
