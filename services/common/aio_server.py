@@ -18,6 +18,7 @@ answered even while every pool thread is busy.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Collection, Sequence
@@ -118,7 +119,14 @@ class AioServerHandle:
         if running is self.loop:
             self.loop.create_task(coroutine)
             return
-        asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=START_TIMEOUT_S)
+        try:
+            done = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        except RuntimeError:  # the loop closed since the check above: the server has stopped
+            coroutine.close()
+            return
+        # Cancelled: the loop stopped before running it (_run_loop), so the server has stopped.
+        with contextlib.suppress(futures.CancelledError):
+            done.result(timeout=START_TIMEOUT_S)
 
     def stop(self, grace_s: float = DEFAULT_GRACE_S) -> None:
         """Reports NOT_SERVING, lets in-flight calls finish for up to ``grace_s``, then stops
@@ -411,4 +419,16 @@ def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
     try:
         loop.run_forever()
     finally:
+        _cancel_pending(loop)
         loop.close()
+
+
+def _cancel_pending(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancels what is still pending once the loop has stopped, and runs it to its end, as
+    ``asyncio.run`` does: a health update from another thread that raced the stop would
+    otherwise never run, its caller waiting ``START_TIMEOUT_S`` for it in vain."""
+    while pending := asyncio.all_tasks(loop):
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
