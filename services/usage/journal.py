@@ -64,7 +64,6 @@ import os
 import sqlite3
 import sys
 import threading
-import time
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +73,7 @@ from typing import Any
 
 from accounting.lifecycle import StoredPod
 from accounting.model import Device, DeviceUsage, MigInstance, MigPlacement, MigProfile
+from services.usage.journal_files import keep_aside, remove_sqlite_files
 from services.usage.watermark import Mark, Watermark, WatermarkError, watermark_path
 
 _LOG = logging.getLogger(__name__)
@@ -731,8 +731,10 @@ class Journal:
         return revision
 
     def reset(self, revision: int) -> list[Path]:
-        """Moves the file (and its ``-wal`` and ``-shm``) aside, as ``<name>.damaged-<time>``,
-        and starts an empty journal that continues at ``revision``; returns the moved files.
+        """Moves the file, its ``-wal`` and ``-shm`` and a copy of the watermark into a new
+        directory ``<name>.damaged-<time>`` beside it (a data directory of its own, never one
+        kept before), and starts an empty journal that continues at ``revision``; returns the
+        moved files. When the new journal cannot be started, the files are put back.
 
         Raises:
             JournalError: the files cannot be moved or the new journal written.
@@ -742,27 +744,29 @@ class Journal:
                 with contextlib.suppress(sqlite3.Error):
                     self._db.close()
                 self._db = None
-            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            moved: list[Path] = []
             try:
-                for suffix in ("", "-wal", "-shm"):
-                    source = self.path.with_name(self.path.name + suffix)
-                    if source.exists():
-                        target = source.with_name(f"{source.name}.damaged-{stamp}")
-                        source.rename(target)
-                        moved.append(target)
+                kept = keep_aside(self.path, "damaged")
             except OSError as error:
                 raise JournalError(f"cannot move journal {self.path} aside: {error}") from None
-            self._broken = None
-            self._open()
-            if self._db is None:
-                raise JournalError(f"cannot start a new journal {self.path}: {self._broken}")
             try:
-                self._db.execute(_SET_META, ("revision", revision))
-            except sqlite3.Error as error:
-                raise JournalError(f"cannot write journal {self.path}: {error}") from None
+                self._broken = None
+                self._open()
+                if self._db is None:
+                    raise JournalError(f"cannot start a new journal {self.path}: {self._broken}")
+                try:
+                    self._db.execute(_SET_META, ("revision", revision))
+                except sqlite3.Error as error:
+                    raise JournalError(f"cannot write journal {self.path}: {error}") from None
+            except JournalError:
+                if self._db is not None:
+                    self._db.close()
+                    self._db = None
+                remove_sqlite_files(self.path)
+                with contextlib.suppress(OSError):
+                    kept.undo()
+                raise
             self._write_watermark(revision, sync=True)
-        return moved
+        return list(kept.files)
 
     def _write_watermark(self, revision: int, *, sync: bool = False) -> None:
         try:
@@ -917,7 +921,36 @@ class Inspection:
     """Its id (None: written before schema 3, or unreadable)."""
 
 
-def inspect_journal(path: Path, mark: Mark | None = None, *, check_mark: bool = True) -> Inspection:
+def read_only_uri(path: Path, *, immutable: bool = False) -> str:
+    """The SQLite URI that opens ``path`` read-only (any character in the path quoted).
+
+    ``immutable`` also leaves out locking and the ``-shm``, so nothing at all is created beside
+    the file: only for a file nobody writes, and never for one with changes in its ``-wal``
+    (SQLite then does not read them).
+    """
+    return path.absolute().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
+
+
+def read_journal_id(path: Path) -> int | None:
+    """The journal id a file holds, None when it holds none (not a journal, written before
+    schema 3, unreadable). Reads it immutable: nothing is created beside the file."""
+    try:
+        with contextlib.closing(sqlite3.connect(read_only_uri(path, immutable=True),
+                                                uri=True)) as db:
+            row = db.execute("SELECT value FROM meta WHERE key = 'journal_id'").fetchone()
+    except (sqlite3.Error, ValueError):
+        return None
+    return int(row[0]) if row is not None and isinstance(row[0], int) else None
+
+
+def inspect_journal(
+    path: Path,
+    mark: Mark | None = None,
+    *,
+    check_mark: bool = True,
+    watermark_problem: str | None = None,
+    shown_as: Path | None = None,
+) -> Inspection:
     """Reads and checks a journal file read-only (no schema change, no watermark written), as
     ``Journal.load`` does: for ``hami-accounting journal check``, and to verify a backup.
 
@@ -925,15 +958,19 @@ def inspect_journal(path: Path, mark: Mark | None = None, *, check_mark: bool = 
         path: the SQLite file.
         mark: the watermark to compare with (None: none found).
         check_mark: False to leave the watermark out (a backup file has none of its own).
+        watermark_problem: why the watermark beside the journal is not one (a damage).
+        shown_as: the journal the damage names, when ``path`` is a copy of it (a backup being
+            made, a restore being staged).
     """
+    shown = shown_as or path
     if not path.exists():
-        damage = JournalDamage(path, ("the file does not exist",), unreadable=True,
+        damage = JournalDamage(shown, ("the file does not exist",), unreadable=True,
                                acknowledged_revision=mark.revision if mark else 0)
         return Inspection(JournalState(damage=damage), None)
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+        db = sqlite3.connect(read_only_uri(path), uri=True, isolation_level=None)
     except sqlite3.Error as error:
-        damage = JournalDamage(path, (f"SQLite cannot read it ({_reason(error)})",),
+        damage = JournalDamage(shown, (f"SQLite cannot read it ({_reason(error)})",),
                                unreadable=True)
         return Inspection(JournalState(damage=damage), None)
     try:
@@ -941,7 +978,7 @@ def inspect_journal(path: Path, mark: Mark | None = None, *, check_mark: bool = 
         if "meta" not in tables:
             acknowledged = (f": its watermark says revision {mark.revision} was acknowledged"
                             if mark is not None and mark.revision else "")
-            damage = JournalDamage(path, (f"the file holds no journal{acknowledged}",),
+            damage = JournalDamage(shown, (f"the file holds no journal{acknowledged}",),
                                    unreadable=True,
                                    acknowledged_revision=mark.revision if mark else 0)
             return Inspection(JournalState(damage=damage), None)
@@ -950,7 +987,7 @@ def inspect_journal(path: Path, mark: Mark | None = None, *, check_mark: bool = 
         ).fetchone()
         if version_row is None or version_row[0] != SCHEMA_VERSION:
             found = "no schema version" if version_row is None else f"schema {version_row[0]}"
-            damage = JournalDamage(path, (
+            damage = JournalDamage(shown, (
                 f"it has {found}, this build reads schema {SCHEMA_VERSION} (the recorder "
                 "migrates versions 1 to 3 when it opens them)",), unreadable=True)
             return Inspection(JournalState(damage=damage), None)
@@ -967,17 +1004,18 @@ def inspect_journal(path: Path, mark: Mark | None = None, *, check_mark: bool = 
                 raise
             loaded = _Loader(db, as_bytes=True).load()
     except (sqlite3.DatabaseError, ValueError) as error:
-        damage = JournalDamage(path, (f"SQLite cannot read it ({_reason(error)})",),
+        damage = JournalDamage(shown, (f"SQLite cannot read it ({_reason(error)})",),
                                unreadable=True,
                                acknowledged_revision=mark.revision if mark else 0)
         return Inspection(JournalState(damage=damage), None)
     finally:
         db.close()
     state = _verdict(
-        path, loaded, pages, journal_id=journal_id,
+        shown, loaded, pages, journal_id=journal_id,
         # Without a watermark to compare, a missing one is not a problem here.
         id_created=not check_mark or journal_id is None, mark=mark if check_mark else None,
-        watermark_problem=None, watermark_file=watermark_path(path),
+        watermark_problem=watermark_problem if check_mark else None,
+        watermark_file=watermark_path(shown),
     )
     return Inspection(state, journal_id)
 

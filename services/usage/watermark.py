@@ -11,6 +11,10 @@ revision than its watermark, or carrying another journal's id, has lost acknowle
 The file holds one fixed-width line, rewritten in place::
 
     hami-accounting-watermark 1 id=0123456789abcdef revision=00000000000000000042
+
+A file holding anything else (a line with more after it, say) is damaged; the first write cuts
+it to the line, so the repair that follows the refusal (``--accept-journal-loss``, a restore)
+leaves a watermark the next start reads.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ class Watermark:
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as error:
             raise WatermarkError(f"cannot open the journal watermark {path}: {error}") from None
+        self._size_bytes = 0
         try:
             if lock:
                 try:
@@ -92,6 +97,7 @@ class Watermark:
 
     def _read(self) -> Mark | None:
         try:
+            self._size_bytes = os.fstat(self._fd).st_size
             data = os.pread(self._fd, 256, 0)
         except OSError as error:
             raise WatermarkError(
@@ -100,10 +106,10 @@ class Watermark:
         if not data:
             return None
         match = _LINE.fullmatch(data.decode("ascii", errors="replace"))
-        if match is None:
+        if match is None or self._size_bytes != len(data):
             raise WatermarkError(
-                f"the journal watermark {self.path} is damaged (it holds {len(data)} bytes that "
-                "are not a watermark)"
+                f"the journal watermark {self.path} is damaged (it holds {self._size_bytes:,} "
+                "bytes that are not a watermark)"
             )
         return Mark(int(match[1], 16), int(match[2]))
 
@@ -113,16 +119,28 @@ class Watermark:
         Raises:
             WatermarkError: the write failed.
         """
-        line = _FORMAT.format(id=journal_id, revision=revision).encode("ascii")
+        self.put(_FORMAT.format(id=journal_id, revision=revision).encode("ascii"), sync=sync)
+        self.mark = Mark(journal_id, revision)
+
+    def put(self, content: bytes, *, sync: bool = False) -> None:
+        """Makes ``content`` the whole file: a line from ``write``, or what the file held before
+        (a restore that fails puts it back).
+
+        Raises:
+            WatermarkError: the write failed.
+        """
         try:
-            os.pwrite(self._fd, line, 0)
+            os.pwrite(self._fd, content, 0)
+            if self._size_bytes != len(content):
+                # Whatever followed (a damaged file) would make the line unreadable again.
+                os.ftruncate(self._fd, len(content))
+                self._size_bytes = len(content)
             if sync:
                 os.fsync(self._fd)
         except OSError as error:
             raise WatermarkError(
                 f"cannot write the journal watermark {self.path}: {error}"
             ) from None
-        self.mark = Mark(journal_id, revision)
 
     def close(self) -> None:
         """Closes the file, releasing its lock (idempotent)."""
@@ -133,6 +151,31 @@ class Watermark:
             os.close(fd)
 
 
+@dataclass(frozen=True, slots=True)
+class WatermarkReading:
+    """What the watermark beside a journal says, read without writing or locking it."""
+
+    exists: bool
+    mark: Mark | None = None
+    """None: absent, empty or damaged."""
+    problem: str | None = None
+    """Why its content is not a watermark (a damage of the journal)."""
+
+
+def look_at_watermark(journal_path: Path) -> WatermarkReading:
+    """Reads the watermark beside ``journal_path`` without creating it.
+
+    Raises:
+        WatermarkError: it cannot be opened or read.
+    """
+    path = watermark_path(journal_path)
+    if not path.exists():
+        return WatermarkReading(exists=False)
+    watermark = Watermark(path)
+    watermark.close()
+    return WatermarkReading(True, watermark.mark, watermark.problem)
+
+
 def read_watermark(journal_path: Path) -> Mark | None:
     """What the watermark beside ``journal_path`` says, without creating it (None: absent or
     empty).
@@ -140,11 +183,7 @@ def read_watermark(journal_path: Path) -> Mark | None:
     Raises:
         WatermarkError: it cannot be read, or is damaged.
     """
-    path = watermark_path(journal_path)
-    if not path.exists():
-        return None
-    watermark = Watermark(path)
-    watermark.close()
-    if watermark.problem is not None:
-        raise WatermarkError(watermark.problem)
-    return watermark.mark
+    reading = look_at_watermark(journal_path)
+    if reading.problem is not None:
+        raise WatermarkError(reading.problem)
+    return reading.mark

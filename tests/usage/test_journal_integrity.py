@@ -327,8 +327,15 @@ def test_rebuilding_from_kubernetes_sets_the_journal_aside_and_lists_the_cluster
         assert sorted(p.uid for p in recorder.app.store.pods()) == [
             "uid-001", "uid-002", "uid-003"]
         assert recorder.app.store.revision > PODS
-    set_aside = sorted(p.name for p in data_dir.iterdir() if ".damaged-" in p.name)
-    assert set_aside and set_aside[0].startswith(f"{JOURNAL_FILE_NAME}.damaged-")
+    (set_aside,) = [p for p in data_dir.iterdir() if ".damaged-" in p.name]
+    assert set_aside.name.startswith(f"{JOURNAL_FILE_NAME}.damaged-") and set_aside.is_dir()
+    # What was set aside is a data directory of its own, as damaged as it was found.
+    assert {p.name for p in set_aside.iterdir()} >= {
+        JOURNAL_FILE_NAME, f"{JOURNAL_FILE_NAME}{WATERMARK_SUFFIX}"}
+    checked = subprocess.run(
+        [sys.executable, "-m", "services.cli", "journal", "check", "--data-dir", str(set_aside)],
+        env=_env(), capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 3 and "acknowledged revision" in checked.stderr, checked
 
 
 def test_backup_while_writing_and_restore_bring_back_exactly_what_was_acknowledged(
@@ -353,14 +360,14 @@ def test_backup_while_writing_and_restore_bring_back_exactly_what_was_acknowledg
     refused = subprocess.run([*tool, "restore", "--data-dir", str(data_dir), "--from",
                               str(backup)], env=_env(), capture_output=True, text=True,
                              timeout=60)
-    assert refused.returncode == 1 and "in use by another process" in refused.stderr
+    assert refused.returncode == 4 and "in use by another process" in refused.stderr
     recorder.stop()
 
     restored = subprocess.run([*tool, "restore", "--data-dir", str(data_dir), "--from",
                                str(backup)], env=_env(), capture_output=True, text=True,
                               timeout=60)
     assert restored.returncode == 0, restored.stderr
-    assert "previous files are kept as usage.sqlite3.replaced-" in restored.stdout
+    assert "previous files are kept in usage.sqlite3.replaced-" in restored.stdout
     checked = subprocess.run([*tool, "check", "--data-dir", str(data_dir)], env=_env(),
                              capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0 and ": 50 pods, 0 nodes" in checked.stdout
@@ -375,13 +382,14 @@ def test_a_damaged_backup_is_refused_by_restore(
     _change_a_digit(data_dir)
     with sqlite3.connect(_journal(data_dir)) as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    (tmp_path / "target").mkdir()
     result = subprocess.run(
         [sys.executable, "-m", "services.cli", "journal", "restore", "--data-dir",
          str(tmp_path / "target"), "--from", str(_journal(data_dir))],
         env=_env(), capture_output=True, text=True, timeout=60)
     assert result.returncode == 3
     assert "1 rows fail their checksum or do not decode (pod uid-007)" in result.stderr
-    assert not (tmp_path / "target" / JOURNAL_FILE_NAME).exists()
+    assert list((tmp_path / "target").iterdir()) == []
 
 
 def test_closing_twice_releases_the_directory_once_and_leaves_other_files_alone(
