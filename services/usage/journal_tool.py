@@ -245,6 +245,9 @@ def _restore_source(given: Path, journal: Path) -> Path:
     if source.is_dir():
         raise CommandStopped(EXIT_USAGE, f"--from {shown} is a directory; name the backup "
                              "file in it")
+    if not source.is_file():
+        raise CommandStopped(EXIT_USAGE, f"--from {shown} is not a regular file (a backup is "
+                             "one)")
     live = live_file(source, journal)
     if live is None and same_file(source, _staged(journal)):
         live = _staged(journal)

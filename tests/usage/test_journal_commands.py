@@ -60,6 +60,8 @@ def _tree(directory: Path) -> dict[str, object]:
             found[name] = ("link", os.readlink(path))
         elif path.is_dir():
             found[name] = "dir"
+        elif not path.is_file():
+            found[name] = ("special", path.stat().st_mode)
         else:
             found[name] = (path.stat().st_ino, hashlib.sha256(path.read_bytes()).hexdigest())
     return found
@@ -269,6 +271,8 @@ TARGETS = [
           "is write-protected (mode 0444)", replace=True),
     Given("another data directory's journal, with --replace", _other_data_dir, 4,
           "is a recorder's journal", replace=True),
+    Given("a device, with --replace", lambda d, s: Path("/dev/null"), 4,
+          "/dev/null is not a regular file; not replaced", replace=True),
     Given("a directory where no file can be created", lambda d, s: Path("/sys/backup.sqlite3"),
           1, "cannot write in /sys: Permission denied"),
 ]
@@ -384,6 +388,11 @@ def _damaged_backup(data_dir: Path, scratch: Path) -> Path:
     return path
 
 
+def _fifo(data_dir: Path, scratch: Path) -> Path:
+    os.mkfifo(scratch / "pipe")
+    return scratch / "pipe"
+
+
 def _an_open_journal(data_dir: Path, scratch: Path) -> Path:
     """A copy of a data directory taken while the recorder wrote: its -wal holds changes."""
     other = scratch / "copied-live"
@@ -408,6 +417,7 @@ SOURCES = [
     Given("an unrelated file", _made(b"my notes\n"), 3, "SQLite cannot read it"),
     Given("a file that does not exist", lambda d, s: s / "nope.sqlite3", 2, "does not exist"),
     Given("a directory", lambda d, s: s, 2, "is a directory"),
+    Given("a named pipe", _fifo, 2, "is not a regular file"),
 ]
 
 
