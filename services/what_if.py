@@ -437,6 +437,12 @@ def main(
             file=stderr,
         )
         return EXIT_USAGE
+    if args.chart is not None and args.chart.suffix.lower() != ".png":
+        # Checked before the replay: the chart is a PNG, and a path with another ending (or
+        # none) would otherwise be found out only after the whole replay has run.
+        print(f"{PROG}: --chart {args.chart}: the chart is a PNG; give a path ending in .png",
+              file=stderr)
+        return EXIT_USAGE
     if args.chart is not None and not args.chart.parent.is_dir():
         print(f"{PROG}: --chart {args.chart}: no such directory {args.chart.parent}", file=stderr)
         return EXIT_USAGE

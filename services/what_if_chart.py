@@ -1,8 +1,8 @@
 """The what-if chart: GPU memory reserved over time per rule, with what the running containers
 request for reference.
 
-Layer: services (output). matplotlib is an optional extra (``pip install
-'hami-accounting[what-if]'``), imported only when a chart is drawn.
+Layer: services (output). matplotlib is the project's optional ``what-if`` extra (installed
+by ``make up`` and ``make test``), imported only when a chart is drawn.
 """
 
 from __future__ import annotations
@@ -13,7 +13,11 @@ from pathlib import Path
 from accounting.counting_rules import CountingRule
 from accounting.whatif.replay import RuleResult
 
-INSTALL_HINT = "pip install 'hami-accounting[what-if]'"
+INSTALL_HINT = (
+    "install the project's what-if extra from the checkout (.venv/bin/pip install -e '.[what-if]'; "
+    "make up and make test install it), or matplotlib itself"
+)
+"""hami-accounting is not published on PyPI: the extra is installed from the checkout."""
 
 # One colour per rule, the same in every chart (colour-blind safe, from matplotlib's tab10).
 COLOURS = {
@@ -129,6 +133,6 @@ def write_chart(
             axes.grid(True, linewidth=0.4, alpha=0.5)
         figure.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
         figure.tight_layout(rect=(0, 0.07, 1, 1))
-        figure.savefig(path)
+        figure.savefig(path, format="png")
     finally:
         pyplot.close(figure)

@@ -184,7 +184,8 @@ def test_without_matplotlib_a_chart_is_refused_with_how_to_install_it(
     code, out, err = run([str(EXAMPLE), "--chart", str(tmp_path / "c.png")])
 
     assert (code, out) == (2, "")
-    assert "--chart needs matplotlib: pip install 'hami-accounting[what-if]'" in err
+    assert "--chart needs matplotlib: install the project's what-if extra" in err
+    assert "pip install -e '.[what-if]'" in err
     assert not (tmp_path / "c.png").exists()
 
 
@@ -193,7 +194,7 @@ def test_the_chart_module_names_the_extra_when_matplotlib_cannot_be_imported(
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
 
-    with pytest.raises(what_if_chart.ChartUnavailableError, match=r"hami-accounting\[what-if\]"):
+    with pytest.raises(what_if_chart.ChartUnavailableError, match=r"-e '\.\[what-if\]'"):
         what_if_chart.write_chart([], tmp_path / "c.png")
 
 
@@ -257,3 +258,29 @@ def test_a_chart_into_a_missing_directory_is_refused_before_the_replay(tmp_path:
 
     assert (code, out) == (2, "")
     assert "no such directory" in err
+
+
+@pytest.mark.parametrize(
+    "name", ["c.txt", "c", "c.svg"], ids=["another ending", "no ending", "another image format"]
+)
+def test_a_chart_path_that_is_not_a_png_is_refused_before_the_replay(
+    tmp_path: Path, name: str
+) -> None:
+    chart = tmp_path / name
+
+    code, out, err = run([str(EXAMPLE), "--chart", str(chart)])
+
+    assert (code, out) == (2, "")
+    assert f"--chart {chart}: the chart is a PNG; give a path ending in .png" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_chart_path_ending_in_upper_case_png_is_written_exactly_there(tmp_path: Path) -> None:
+    chart = tmp_path / "WHAT-IF.PNG"
+
+    code, out, err = run([str(EXAMPLE), "--window-s", "600", "--chart", str(chart)])
+
+    assert code == 0, err
+    assert f"Chart: {chart}" in out
+    assert [p.name for p in tmp_path.iterdir()] == ["WHAT-IF.PNG"]
+    assert chart.read_bytes().startswith(PNG_SIGNATURE)
