@@ -13,9 +13,15 @@ Layer: services (entry point). Subcommands:
 
 from __future__ import annotations
 
+import os
+
+# gRPC's C core, left to itself, prints INFO lines on stderr (a failed TLS handshake, say)
+# beside the sentence the CLI prints about the same failure. ERROR is what gRPC documents as
+# its default; it must be set before grpc is imported. An operator's own setting wins.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 import argparse
 import importlib
-import os
 import shutil
 import signal
 import subprocess
@@ -30,7 +36,15 @@ from types import FrameType, ModuleType
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.common.config import DEFAULT_PORTS, ConfigError, TlsConfig, env_name
+from services.common.config import (
+    DEFAULT_PORTS,
+    ConfigError,
+    TlsConfig,
+    env_name,
+    parse_host_port,
+)
+from services.common.ports import listen_problem
+from services.common.reachability import unreachable_reason
 from services.common.server import client_channel
 
 DAEMONS = ("admission", "scheduler", "usage")
@@ -202,7 +216,12 @@ def _health(namespace: argparse.Namespace) -> int:
     except grpc.RpcError as error:
         code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
         details = (error.details() if hasattr(error, "details") else str(error)) or ""
-        print(f"{code.name}: {_health_failure(namespace.addr, namespace.service, code, details)}")
+        reason = None
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            reason = unreachable_reason(namespace.addr, tls, namespace.timeout_s)
+        if reason is None:
+            reason = _health_failure(namespace.addr, namespace.service, code, details)
+        print(f"{code.name}: {reason}")
         return EXIT_FAILED
     print(status)
     return EXIT_OK if status == "SERVING" else EXIT_FAILED
@@ -327,6 +346,17 @@ def _wait_serving(plan: _DaemonPlan, children: _Children, timeout_s: float,
                   f"{children.log_tail(plan)}")
 
 
+def _busy_addresses(plans: dict[str, _DaemonPlan]) -> list[str]:
+    """The planned gRPC and metrics addresses that cannot be listened on, with why."""
+    busy = []
+    for plan in plans.values():
+        for addr in (plan.grpc_addr, plan.metrics_addr):
+            problem = listen_problem(*parse_host_port(addr))
+            if problem is not None:
+                busy.append(f"{addr} ({problem})")
+    return busy
+
+
 def _own_command() -> str:
     """How to run this CLI from the user's shell: ``hami-accounting`` when that is the one on
     PATH, else the path of this environment's script (``.venv/bin/hami-accounting`` after
@@ -383,6 +413,14 @@ def _up(namespace: argparse.Namespace) -> int:
         return EXIT_USAGE
     plans = _plan(data_dir, namespace.base_port, namespace.metrics_base_port)
     usage_addr = plans["usage"].grpc_addr
+    busy = _busy_addresses(plans)
+    if busy:
+        # Checked before anything starts: a stack already running on these ports would
+        # otherwise answer the health checks of this one, which then failed to bind.
+        print(f"hami-accounting up: cannot listen on {'; '.join(busy)}. Is another "
+              "`hami-accounting up` running? Stop it, or choose other ports with "
+              "--base-port and --metrics-base-port.", file=sys.stderr)
+        return EXIT_FAILED
 
     stop_requested = threading.Event()
 

@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from services.common import call_telemetry
 from services.common.call_telemetry import CallTelemetryInterceptor
 from services.common.config import CommonConfig, TlsConfig, parse_host_port
+from services.common.ports import listen_problem
 
 _LOG = logging.getLogger(__name__)
 
@@ -345,9 +346,12 @@ def _tls_mode(tls: TlsConfig | None) -> str:
 
 def _bind(server: grpc.Server, listen_addr: str, tls: TlsConfig | None) -> int:
     try:
-        parse_host_port(listen_addr)
+        host, port = parse_host_port(listen_addr)
     except ValueError as error:
         raise ServerStartError(f"listen address {error}") from None
+    busy = listen_problem(host, port)
+    if busy is not None:
+        raise ServerStartError(f"cannot listen on {listen_addr}: {busy}")
     if tls is not None:
         problem = tls.problem()
         if problem is not None:
