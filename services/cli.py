@@ -381,9 +381,10 @@ def _print_banner(plans: dict[str, _DaemonPlan], data_dir: Path, tls: TlsConfig 
     usage, admission, scheduler = plans["usage"], plans["admission"], plans["scheduler"]
     command = _own_command()
     tries = [
-        (f"{command} demo --usage {usage.grpc_addr} --admission {admission.grpc_addr} "
-         f"--scheduler {scheduler.grpc_addr}", "walk the design's cases through the stack"),
-        (f"{command} usage --usage {usage.grpc_addr}", "what the recorder charges"),
+        (f"{command} demo --usage-addr {usage.grpc_addr} --admission-addr "
+         f"{admission.grpc_addr} --scheduler-addr {scheduler.grpc_addr}",
+         "walk the design's cases through the stack"),
+        (f"{command} usage --usage-addr {usage.grpc_addr}", "what the recorder charges"),
         (f"{command} health {usage.grpc_addr} --service {_SERVICE_NAMES['usage']}",
          "SERVING?"),
     ]

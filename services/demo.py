@@ -46,6 +46,7 @@ from hami.accounting.v1 import (
     usage_pb2,
     usage_pb2_grpc,
 )
+from services.cli_options import add_addr_option
 from services.common.config import DEFAULT_PORTS, ConfigError, TlsConfig
 from services.common.server import client_channel
 
@@ -505,24 +506,10 @@ def _parser() -> argparse.ArgumentParser:
         description="Walks the init-container and sidecar cases through running daemons "
         "(start them with `hami-accounting up`). Exit code 0 when every figure matched.",
     )
-    parser.add_argument(
-        "--usage",
-        default=default("usage"),
-        metavar="HOST:PORT",
-        help="usage recorder (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--admission",
-        default=default("admission"),
-        metavar="HOST:PORT",
-        help="admission daemon (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--scheduler",
-        default=default("scheduler"),
-        metavar="HOST:PORT",
-        help="scheduler daemon (default: %(default)s)",
-    )
+    for daemon, what in (("usage", "usage recorder"), ("admission", "admission daemon"),
+                         ("scheduler", "scheduler daemon")):
+        add_addr_option(parser, daemon, default=default(daemon),
+                        help_text=f"{what} (default: %(default)s)")
     return parser
 
 
@@ -565,7 +552,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 f"hami-accounting demo: nothing answers: {', '.join(silent)}.\n"
                 "Start the three daemons first, in another terminal: `make up` in the "
                 "checkout (or `hami-accounting up`); for daemons elsewhere, pass --usage, "
-                "--admission and --scheduler.",
+                "--admission-addr and --scheduler-addr.",
                 file=sys.stderr,
             )
             return EXIT_USAGE

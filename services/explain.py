@@ -33,6 +33,7 @@ from typing import Any, TextIO
 
 import yaml
 from rich import box
+from rich.console import Console
 from rich.table import Table
 
 from accounting.errors import InvalidInputError
@@ -50,11 +51,12 @@ from accounting.model import DeviceRequest
 from accounting.pod import vendors_asked
 from accounting.policy import AccountingPolicy, policy_for
 from accounting.vendors import NVIDIA_RESOURCES
+from services.cli_options import add_addr_option
 from services.common.config import ConfigError, TlsConfig
 from services.common.errors import DependencyUnavailableError
 from services.common.policy import RecorderPolicy
 from services.common.server import client_channel
-from services.tables import add_identifier_column, console_for, print_uncut
+from services.tables import add_identifier_column, console_for, natural_width, print_uncut
 
 EXIT_OK = 0
 EXIT_UNAVAILABLE = 1
@@ -268,10 +270,18 @@ def _uses_cores(explanation: Explanation) -> bool:
     )
 
 
-def containers_table(explanation: Explanation) -> Table:
-    """Per container and device, then the pod's steady state and effective usage."""
+def containers_table(explanation: Explanation, *, compact: bool = False) -> Table:
+    """Per container and device, then the pod's steady state and effective usage.
+
+    ``compact`` (for a narrow terminal) leaves out the columns that say nothing for this pod:
+    the device when the pod is explained on its requests (every row says ``request``; the title
+    says so) and the cores when no container asks for any.
+    """
     show_cores = _uses_cores(explanation)
-    on = "device UUID" if explanation.source.value == "grants" else "requests"
+    on_requests = explanation.source.value != "grants"
+    on = "requests" if on_requests else "device UUID"
+    show_device = not (compact and on_requests)
+    show_core_column = show_cores or not compact
     table = Table(
         title=f"Containers of {explanation.namespace}/{explanation.name} (on {on})",
         box=box.SIMPLE_HEAD,
@@ -280,21 +290,31 @@ def containers_table(explanation: Explanation) -> Table:
     )
     table.add_column("#", justify="right")
     add_identifier_column(table, "Container")
-    table.add_column("Class")
-    table.add_column("Request")
-    add_identifier_column(table, "Device")
+    table.add_column("Class", no_wrap=True)
+    table.add_column("Request", no_wrap=True)
+    if show_device:
+        add_identifier_column(table, "Device")
     table.add_column("MiB", justify="right")
-    table.add_column("Cores %", justify="right")
+    if show_core_column:
+        table.add_column("Cores %", justify="right")
     table.add_column("Init point = own + sidecars before it")
+
+    def add_row(head: tuple[str, str, str, str], device: str, memory: str, cores: str,
+                point: str) -> None:
+        table.add_row(*head, *((device,) if show_device else ()), memory,
+                      *((cores,) if show_core_column else ()), point)
+
     for container in explanation.containers:
         lines = container.devices or (None,)
         for index, line in enumerate(lines):
             first = index == 0
-            table.add_row(
-                str(container.position) if first else "",
-                container.name if first else "",
-                container.container_class.value if first else "",
-                _request_text(container.requests) if first else "",
+            head = (
+                (str(container.position), container.name, container.container_class.value,
+                 _request_text(container.requests))
+                if first else ("", "", "", "")
+            )
+            add_row(
+                head,
                 line.device if line else "-",
                 str(line.amount.memory_mib) if line else "0",
                 str(line.amount.core_percent) if line else "0",
@@ -307,9 +327,8 @@ def containers_table(explanation: Explanation) -> Table:
         for d in explanation.devices
     ]
     for label, meaning, device, amount in rows:
-        table.add_row(
-            "", label, "", "", device, str(amount.memory_mib), str(amount.core_percent), meaning
-        )
+        add_row(("", label, "", ""), device, str(amount.memory_mib), str(amount.core_percent),
+                meaning)
     return table
 
 
@@ -333,15 +352,21 @@ def charges_table(explanation: Explanation, memory_resource: str) -> Table:
     return table
 
 
-def print_tables(explanation: Explanation, out: TextIO, memory_resource: str) -> None:
+def print_tables(explanation: Explanation, out: TextIO, memory_resource: str) -> Console:
+    """Prints the two tables and the sentences under them; returns the console (its width is
+    the width the lines after them should keep to)."""
     console = console_for(out)
-    print_uncut(console, containers_table(explanation))
+    containers = containers_table(explanation)
+    if natural_width(console, containers) > console.width:
+        containers = containers_table(explanation, compact=True)
+    print_uncut(console, containers)
     console.print()
     print_uncut(console, charges_table(explanation, memory_resource))
     console.print()
     console.print(f"Why: {explanation.why}")
     for note in explanation.notes:
         console.print(f"Note: {note}")
+    return console
 
 
 # -- main --------------------------------------------------------------------------------------
@@ -356,10 +381,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("manifest", help="Pod manifest, YAML or JSON; - reads stdin")
     parser.add_argument("--output", choices=("table", "json"), default="table")
     source = parser.add_mutually_exclusive_group()
-    source.add_argument(
-        "--usage-addr",
-        metavar="HOST:PORT",
-        help="read the accounting policy in force from the usage recorder there (TLS from "
+    add_addr_option(
+        source, "usage", default=None,
+        help_text="read the accounting policy in force from the usage recorder there (TLS from "
         "the HAMI_ACCOUNTING_TLS_* variables)",
     )
     source.add_argument(
@@ -378,14 +402,14 @@ def _policy_from(args: argparse.Namespace) -> tuple[AccountingPolicy, str]:
     Raises:
         ConfigError: bad TLS settings; DependencyUnavailableError: the recorder cannot be read.
     """
-    if args.usage_addr is None:
+    if args.usage is None:
         if args.memory_factor is None:
             return policy_for(), "defaults; --usage-addr reads the recorder's"
         policy = policy_for(memory_factor=args.memory_factor)
         return policy, "defaults with --memory-factor; --usage-addr reads the recorder's"
-    with client_channel(args.usage_addr, tls=TlsConfig.from_env(os.environ)) as channel:
-        policy = RecorderPolicy(channel, args.usage_addr, service="explain").refresh()
-    return policy, f"the usage recorder's at {args.usage_addr}"
+    with client_channel(args.usage, tls=TlsConfig.from_env(os.environ)) as channel:
+        policy = RecorderPolicy(channel, args.usage, service="explain").refresh()
+    return policy, f"the usage recorder's at {args.usage}"
 
 
 def _positive_int(text: str) -> int:
@@ -437,14 +461,15 @@ def main(
     explanation = explain(pod, policy.vendors)
     if args.output == "json":
         document = explanation_json(explanation, uid_known=not placeholder_uid)
-        if args.usage_addr is not None:
-            document["policy"] = _policy_json(policy, args.usage_addr)
+        if args.usage is not None:
+            document["policy"] = _policy_json(policy, args.usage)
         json.dump(document, stdout, indent=2)
         stdout.write("\n")
     else:
         shown = vendors_asked(pod, policy.vendors)[0]
-        print_tables(explanation, stdout, shown.memory_resource or shown.count_resource)
-        print(f"Policy: {policy.policy_id} ({policy_source}): {policy.describe()}", file=stdout)
+        console = print_tables(explanation, stdout, shown.memory_resource or shown.count_resource)
+        console.print(f"Policy: {policy.policy_id} ({policy_source}): {policy.describe()}",
+                      markup=False)
     return EXIT_OK
 
 

@@ -41,6 +41,11 @@ UNBOUNDED = 100_000
 """A width no table reaches: measuring within it gives the table's true minimum."""
 
 
+def natural_width(console: Console, table: Table) -> int:
+    """How wide ``table`` is with no cell wrapped."""
+    return Measurement.get(console, console.options.update_width(UNBOUNDED), table).maximum
+
+
 def print_uncut(console: Console, table: Table) -> None:
     """Prints ``table`` no narrower than its minimum: identifiers whole, every other cell wrapped
     at most between words (rich would otherwise cut cells short, or drop whole columns)."""

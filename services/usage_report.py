@@ -29,6 +29,7 @@ from rich import box
 from rich.table import Table
 
 from hami.accounting.v1 import types_pb2, usage_pb2, usage_pb2_grpc
+from services.cli_options import add_addr_option
 from services.common.config import DEFAULT_USAGE_ADDR, ConfigError, TlsConfig, env_str
 from services.common.server import client_channel
 from services.tables import add_identifier_column, console_for, print_uncut
@@ -258,11 +259,9 @@ def _parser(default_addr: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Show what the usage recorder charges, per node and namespace."
     )
-    parser.add_argument(
-        "--usage",
-        default=default_addr,
-        metavar="ADDR",
-        help="the recorder's host:port (default: HAMI_ACCOUNTING_USAGE_ADDR or %(default)s)",
+    add_addr_option(
+        parser, "usage", default=default_addr,
+        help_text="the recorder's host:port (default: HAMI_ACCOUNTING_USAGE_ADDR or %(default)s)",
     )
     parser.add_argument(
         "--namespace",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hami.accounting.v1 import types_pb2
-from services import demo, usage_report
+from services import demo, explain, usage_report
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "sidecar-before-init.yaml"
@@ -126,3 +126,31 @@ def test_explain_tables_never_cut_a_device_uuid_or_a_container_name(tmp_path: Pa
         assert uuid in containers, containers
     for name in ("log-shipper", "convert-weights"):
         assert name in containers, containers
+
+
+def test_explain_on_requests_fits_an_80_column_terminal() -> None:
+    env = {**os.environ, "COLUMNS": "80"}
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli", "explain", str(EXAMPLE)], cwd=ROOT,
+        capture_output=True, text=True, timeout=60, check=False, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80, result.stdout
+    # Each figure and each request whole on its line, not broken across rows.
+    row = next(line for line in lines if "convert-weights" in line)
+    assert "1 × 20480 MiB" in row and "22528 = 20480 + 2048" in row, result.stdout
+    assert any("log-shipper" in line and "1 × 2048 MiB" in line for line in lines)
+    # The policy line, the longest of all, is wrapped too, and its words all there.
+    policy = result.stdout[result.stdout.index("Policy: "):]
+    assert "GPU count enforced" in " ".join(policy.split())
+
+
+def test_explain_at_its_default_width_keeps_every_column(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out = io.StringIO()
+    code = explain.main([str(EXAMPLE)], stdin=io.StringIO(), stdout=out, stderr=io.StringIO())
+    assert code == 0
+    header = next(line for line in out.getvalue().splitlines() if " Container " in line)
+    assert header.split()[:8] == ["#", "Container", "Class", "Request", "Device", "MiB",
+                                  "Cores", "%"]

@@ -89,11 +89,11 @@ def run_demo(addrs: dict[str, str]) -> subprocess.CompletedProcess[str]:
             "-m",
             "services.cli",
             "demo",
-            "--usage",
+            "--usage-addr",
             addrs["usage"],
-            "--admission",
+            "--admission-addr",
             addrs["admission"],
-            "--scheduler",
+            "--scheduler-addr",
             addrs["scheduler"],
         ],
         cwd=REPO,
@@ -146,7 +146,7 @@ def test_up_runs_the_stack_the_demo_passes_twice_and_ctrl_c_stops_everything(
         assert len(daemons) == 3, (daemons, output.text)
         for name, addr in addrs.items():
             assert check_health(addr, timeout_s=2.0) == "SERVING", name
-        assert f"--usage {addrs['usage']}" in output.text  # the banner says how to run the demo
+        assert f"--usage-addr {addrs['usage']}" in output.text  # the banner says how to run the demo
 
         for attempt in (1, 2):
             demo = run_demo(addrs)
