@@ -1,10 +1,10 @@
-"""Prometheus metrics of the three daemons and the endpoint that serves them.
+"""Prometheus metrics every daemon serves, and the endpoint that serves them.
 
 Layer: services (runtime). The metric objects are module-level singletons in the default
 registry, created once at import: prometheus_client refuses to register a name twice, and tests
-run several daemons in one process. Every series carries the labels that tell those daemons
-apart (``service`` for RPCs and decisions; ``scope``/``name`` for ledger totals, which only the
-usage recorder sets).
+run several daemons in one process. Every series carries the ``service`` label that tells those
+daemons apart. The recorder's own families (ledger totals, journal writes) live in
+``services.usage.metrics``, so that only the recorder's process serves them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from services.common.config import parse_host_port
 
 # Sub-millisecond floor: a Python-to-Python unary call on loopback takes about 0.6 ms here.
 _RPC_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-_JOURNAL_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
 
 RPC_DURATION = prometheus_client.Histogram(
     "hami_accounting_rpc_duration_seconds",
@@ -33,22 +32,6 @@ DECISIONS = prometheus_client.Counter(
     "Accounting decisions (quota allow/deny, fit/no-fit, reserve, shrink...) with their reason.",
     ["service", "decision", "reason"],
 )
-LEDGER_MEMORY_USED = prometheus_client.Gauge(
-    "hami_accounting_ledger_memory_used_mib",
-    "GPU memory charged in the usage ledger, MiB, per node or namespace.",
-    ["scope", "name"],
-)
-LEDGER_CORES_USED = prometheus_client.Gauge(
-    "hami_accounting_ledger_cores_used",
-    "GPU compute charged in the usage ledger, percent of one device (100 = a whole device).",
-    ["scope", "name"],
-)
-JOURNAL_WRITE = prometheus_client.Histogram(
-    "hami_accounting_journal_write_seconds",
-    "Time to write and commit one change to the usage recorder's journal.",
-    buckets=_JOURNAL_BUCKETS_S,
-)
-
 POLICY_INFO = prometheus_client.Gauge(
     "hami_accounting_policy_info",
     "The accounting policy a daemon answers under: 1 for the one in force, by its id (equal ids "
@@ -60,8 +43,6 @@ POLICY_MEMORY_FACTOR = prometheus_client.Gauge(
     "The memory factor of each vendor in the accounting policy a daemon answers under.",
     ["service", "vendor"],
 )
-
-LEDGER_SCOPES = ("node", "namespace")
 
 _policy_lock = threading.Lock()
 _published_policies: dict[str, AccountingPolicy] = {}
@@ -96,21 +77,6 @@ def _rpc_duration_series(service: str, method: str, code: str) -> prometheus_cli
     return RPC_DURATION.labels(service=service, method=method, code=code)
 
 
-def set_ledger_total(scope: str, name: str, memory_mib: int, core_percent: int) -> None:
-    """Publishes the ledger total of one node or namespace."""
-    if scope not in LEDGER_SCOPES:
-        raise ValueError(f"scope must be one of {LEDGER_SCOPES}, got {scope!r}")
-    LEDGER_MEMORY_USED.labels(scope=scope, name=name).set(memory_mib)
-    LEDGER_CORES_USED.labels(scope=scope, name=name).set(core_percent)
-
-
-def remove_ledger_total(scope: str, name: str) -> None:
-    """Drops the series of a node or namespace that no longer exists (no-op when absent)."""
-    for gauge in (LEDGER_MEMORY_USED, LEDGER_CORES_USED):
-        with contextlib.suppress(KeyError):
-            gauge.remove(scope, name)
-
-
 def publish_policy(service: str, policy: AccountingPolicy) -> None:
     """Shows ``policy`` as the one ``service`` answers under, replacing the one it showed."""
     with _policy_lock:
@@ -129,11 +95,6 @@ def publish_policy(service: str, policy: AccountingPolicy) -> None:
 
 def _flag(value: bool) -> str:
     return "true" if value else "false"
-
-
-def observe_journal_write(seconds: float) -> None:
-    """Records the duration of one journal write."""
-    JOURNAL_WRITE.observe(seconds)
 
 
 def start_metrics_server(addr: str | None) -> int | None:

@@ -51,6 +51,7 @@ from accounting.quota import quota_items_from_limits, quota_keys
 from accounting.validate import MAX_QUOTA_LIMIT, validate_devices
 from services.common import metrics, telemetry
 from services.common.errors import DependencyUnavailableError
+from services.usage import metrics as usage_metrics
 from services.usage.events import EventKind, NodeSnapshot, UsageEvent, WatchContent
 from services.usage.journal import (
     ON_DAMAGE_MODES,
@@ -104,14 +105,17 @@ class _StoreMetrics:
         self._decisions: dict[tuple[str, str], prometheus_client.Counter] = {}
 
     def set_total(self, scope: str, name: str, memory_mib: int, core_percent: int) -> None:
-        """Publishes the ledger total of one node or namespace (``metrics.set_ledger_total``)."""
+        """Publishes the ledger total of one node or namespace (as
+        ``usage_metrics.set_ledger_total`` does)."""
         children = self._totals.get((scope, name))
         if children is None:
-            if scope not in metrics.LEDGER_SCOPES:
-                raise ValueError(f"scope must be one of {metrics.LEDGER_SCOPES}, got {scope!r}")
+            if scope not in usage_metrics.LEDGER_SCOPES:
+                raise ValueError(
+                    f"scope must be one of {usage_metrics.LEDGER_SCOPES}, got {scope!r}"
+                )
             children = self._totals[(scope, name)] = (
-                metrics.LEDGER_MEMORY_USED.labels(scope, name),
-                metrics.LEDGER_CORES_USED.labels(scope, name),
+                usage_metrics.LEDGER_MEMORY_USED.labels(scope, name),
+                usage_metrics.LEDGER_CORES_USED.labels(scope, name),
             )
         children[0].set(memory_mib)
         children[1].set(core_percent)
@@ -589,7 +593,7 @@ class UsageStore:
             raise DependencyUnavailableError(
                 f"journal unavailable, change not recorded: {error}"
             ) from error
-        metrics.observe_journal_write(time.perf_counter() - started_s)
+        usage_metrics.observe_journal_write(time.perf_counter() - started_s)
 
     # -- queries -------------------------------------------------------------------------------
 

@@ -146,7 +146,8 @@ def test_up_runs_the_stack_the_demo_passes_twice_and_ctrl_c_stops_everything(
         assert len(daemons) == 3, (daemons, output.text)
         for name, addr in addrs.items():
             assert check_health(addr, timeout_s=2.0) == "SERVING", name
-        assert f"--usage-addr {addrs['usage']}" in output.text  # the banner says how to run the demo
+        # The banner says how to run the demo.
+        assert f"--usage-addr {addrs['usage']}" in output.text
 
         for attempt in (1, 2):
             demo = run_demo(addrs)

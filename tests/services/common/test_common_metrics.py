@@ -56,27 +56,6 @@ def test_rpc_durations_are_observed_by_service_method_and_code() -> None:
         "ok": 2, "ok_sum": 0.75, "ok_fast": 1, "failed": 1}
 
 
-def test_ledger_totals_are_set_and_removed() -> None:
-    labels = {"scope": "node", "name": "metrics-test-node"}
-    metrics.set_ledger_total("node", "metrics-test-node", memory_mib=12288, core_percent=150)
-    assert _value("hami_accounting_ledger_memory_used_mib", labels) == 12288
-    assert _value("hami_accounting_ledger_cores_used", labels) == 150
-    metrics.remove_ledger_total("node", "metrics-test-node")
-    metrics.remove_ledger_total("node", "metrics-test-node")  # absent: no error
-    assert _value("hami_accounting_ledger_memory_used_mib", labels) is None
-
-
-def test_ledger_scope_must_be_node_or_namespace() -> None:
-    with pytest.raises(ValueError, match="scope"):
-        metrics.set_ledger_total("cluster", "x", 1, 1)
-
-
-def test_journal_writes_are_observed() -> None:
-    before = _value("hami_accounting_journal_write_seconds_count", {}) or 0.0
-    metrics.observe_journal_write(0.002)
-    assert _value("hami_accounting_journal_write_seconds_count", {}) == before + 1
-
-
 def test_metrics_endpoint_serves_the_metrics_on_a_free_port() -> None:
     metrics.record_decision("metrics-test", "allow", "WITHIN_QUOTA")
     port = metrics.start_metrics_server("127.0.0.1:0")
