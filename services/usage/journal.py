@@ -921,13 +921,22 @@ class Inspection:
     """Its id (None: written before schema 3, or unreadable)."""
 
 
-def read_only_uri(path: Path, *, immutable: bool = False) -> str:
+def read_only_uri(path: Path, *, immutable: bool | None = None) -> str:
     """The SQLite URI that opens ``path`` read-only (any character in the path quoted).
 
-    ``immutable`` also leaves out locking and the ``-shm``, so nothing at all is created beside
-    the file: only for a file nobody writes, and never for one with changes in its ``-wal``
-    (SQLite then does not read them).
+    Immutable also leaves out locking and the ``-shm``, so nothing at all is created beside the
+    file (a read-only open of a WAL file otherwise leaves an ``-shm`` and an empty ``-wal``
+    that it cannot remove). By default it is used when no ``-wal`` and no rollback journal is
+    beside the file: then no process has it open for writing, and nothing beside it holds
+    changes an immutable read would miss. A recorder that opens the file meanwhile writes its
+    changes to a ``-wal``; only its checkpoint, after about 4 MiB of them, writes the file
+    under the read, which can then report damage a second read does not (nothing is written
+    either way).
     """
+    if immutable is None:
+        immutable = not any(
+            path.with_name(path.name + suffix).exists() for suffix in ("-wal", "-journal")
+        )
     return path.absolute().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
 
 

@@ -499,6 +499,31 @@ def test_a_swap_that_cannot_move_a_file_is_undone(tmp_path: Path,
     assert _tree(tmp_path) == before
 
 
+def test_where_hard_links_are_refused_backup_and_restore_rename_instead(
+    live: RunningRecorder, tmp_path: Path, start_recorder: StartRecorder,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_links(source: str | Path, target: str | Path) -> None:
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    made = _in_process(capsys, "backup", "--data-dir", live.data_dir, "--to",
+                       tmp_path / "b.sqlite3")
+    assert made.code == 0, made
+    again = _in_process(capsys, "backup", "--data-dir", live.data_dir, "--to",
+                        tmp_path / "b.sqlite3")
+    assert again.code == 4 and "exists; pass --replace" in again.err
+    _record(live.stub, range(PODS, PODS + 4))
+    live.stop()
+    restored = _in_process(capsys, "restore", "--data-dir", live.data_dir, "--from",
+                           tmp_path / "b.sqlite3")
+    assert restored.code == 0, restored
+    monkeypatch.undo()
+    (kept,) = [p for p in live.data_dir.iterdir() if ".replaced-" in p.name]
+    assert _command("check", "--data-dir", kept).out.count(f": {PODS + 4} pods,") == 1
+    assert len(_uids(start_recorder(live.data_dir))) == PODS
+
+
 def test_restores_in_the_same_second_each_keep_their_own_whole_copy(
     live: RunningRecorder, tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -575,6 +600,18 @@ def test_check_tells_a_mistyped_path_from_a_damaged_journal(
         out.write(b"junk")
     damaged = _command("check", "--data-dir", mangled)
     assert damaged.code == 3 and "watermark" in damaged.err and "is damaged" in damaged.err
+
+
+def test_check_and_backup_of_a_stopped_journal_leave_its_directory_as_it_was(
+    live: RunningRecorder, tmp_path: Path
+) -> None:
+    live.stop()
+    before = _tree(live.data_dir)
+    assert sorted(before) == [JOURNAL_FILE_NAME, WATERMARK]
+    assert _command("check", "--data-dir", live.data_dir).code == 0
+    made = _command("backup", "--data-dir", live.data_dir, "--to", tmp_path / "b.sqlite3")
+    assert made.code == 0 and f": {PODS} pods," in made.out, made
+    assert _tree(live.data_dir) == before
 
 
 # -- the watermark: a damaged one is repaired by the ways on -----------------------------------
