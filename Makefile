@@ -27,7 +27,8 @@ setup: $(STAMP)
 up: $(STAMP)
 	$(VENV)/bin/hami-accounting up
 
-# The Debian packages of the Go interop test: installed as root, otherwise named (then stop).
+# The Debian packages of the Go module and its interop test: installed as root, otherwise
+# named (then stop).
 system-setup:
 	@$(SYSTEM_PYTHON) scripts/system_setup.py
 
@@ -38,20 +39,26 @@ test:
 	@$(MAKE) --no-print-directory $(STAMP)
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
 
-# Regenerates gen/ into a temporary folder and fails on any difference, then lints.
-verify: $(STAMP)
+# Regenerates gen/ and clients/go/accountingv1 into a temporary folder and fails on any
+# difference, then lints. The Go code is generated with Debian's protoc and plugins, so the
+# Debian packages are checked (and installed, as root) first, as for make test.
+verify:
+	@$(MAKE) --no-print-directory system-setup
+	@$(MAKE) --no-print-directory $(STAMP)
 	$(PY) scripts/gen_protos.py --check
 	$(MAKE) lint
 
 proto: $(STAMP)
 	$(PY) scripts/gen_protos.py
 
+# gofmt and go vet need the Debian Go toolchain (make system-setup).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(PY) scripts/check_pure_accounting.py
 	$(PY) scripts/check_docs.py
+	$(PY) scripts/go_module.py lint
 
 bench: $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'

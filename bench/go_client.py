@@ -3,7 +3,7 @@
 Layer: benchmark. HAMi's webhook and extender are Go; on this VM a Go client costs about half
 of a Python one (docs/go-clients.md), so the ratios a Go caller sees are the ones that
 matter in production. A ~60-line loop client is built here with the interop client's toolchain
-(scripts/build_go_client.py: Debian's Go in GOPATH mode, no module proxy). It sends prepared
+(scripts/go_module.py: Debian's Go in GOPATH mode, no module proxy). It sends prepared
 request bytes through a pass-through codec, so it needs no generated Go code and calls any
 method: the no-op floor and Admission.CheckQuota. Without ``go`` it is skipped with a note.
 """
@@ -127,10 +127,9 @@ class GoUnavailable(RuntimeError):
 
 
 def _build_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "build_go_client", ROOT / "scripts" / "build_go_client.py")
+    spec = importlib.util.spec_from_file_location("go_module", ROOT / "scripts" / "go_module.py")
     if spec is None or spec.loader is None:
-        raise GoUnavailable("scripts/build_go_client.py is missing")
+        raise GoUnavailable("scripts/go_module.py is missing")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

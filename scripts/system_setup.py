@@ -1,14 +1,17 @@
-"""Installs the Debian packages the test suite needs, or says at once exactly what to install.
+"""Installs the Debian packages verify and the tests need, or says at once what to install.
 
-The first step of ``make test`` (and so of CI's ``.ci/run``). Only the Go interop test needs
-anything outside the virtual environment: Debian's Go toolchain and Go gRPC/protobuf packages,
-built in GOPATH mode (docs/go-clients.md). Everything else comes from PyPI into ``.venv``.
+The first step of ``make verify`` and ``make test`` (and so of CI's ``.ci/run``). Only the Go
+code needs anything outside the virtual environment: Debian's protoc, Go toolchain and Go
+gRPC/protobuf packages, for the Go module in clients/go (its generated code regenerated and
+diffed, gofmt, go vet, its tests) and the Go interop test, built in GOPATH mode
+(docs/go-clients.md). Everything else comes from PyPI into ``.venv``.
 
 * Every package installed: one line, nothing else (one ``dpkg-query`` call, well under a second).
 * Something missing, run as root: ``apt-get update`` then one ``apt-get install -y`` of the
   missing packages.
 * Something missing, not root: names the packages and the exact command, exits 2 and installs
-  nothing, so ``make test`` stops before the virtual environment and the tests.
+  nothing, so ``make verify`` and ``make test`` stop before the virtual environment and the
+  tests.
 
 Standard library only: it runs with the system ``python3``, before ``.venv`` exists.
 
@@ -28,8 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 DEBIAN_PACKAGES: tuple[tuple[str, str], ...] = (
-    ("golang-go", "go, gofmt: builds the Go interop client"),
-    ("protobuf-compiler", "protoc: generates the client's Go code from protos/"),
+    ("golang-go", "go, gofmt: builds, vets and tests clients/go and the Go interop client"),
+    ("protobuf-compiler", "protoc: generates clients/go/accountingv1 from protos/"),
     ("protoc-gen-go", "protoc's Go messages plugin"),
     ("protoc-gen-go-grpc", "protoc's Go gRPC plugin (grpc-go 1.33's SupportPackageIsVersion7)"),
     ("golang-google-grpc-dev", "grpc-go, in /usr/share/gocode"),
@@ -38,7 +41,8 @@ DEBIAN_PACKAGES: tuple[tuple[str, str], ...] = (
     # v1.28 messages at the first RPC ("protobuf tag not enough fields").
     ("golang-github-golang-protobuf-1-5-dev", "github.com/golang/protobuf 1.5"),
 )
-"""(package, why) for everything ``make test`` needs from Debian, in install order."""
+"""(package, why) for everything ``make verify`` and ``make test`` need from Debian, in install
+order."""
 
 EXIT_OK = 0
 EXIT_MISSING = 1
@@ -132,7 +136,7 @@ def main(argv: Sequence[str] | None = None, *, run: Runner = _run,
     names = packages()
     status = query(names, run, env)
     if status.complete:
-        out(f"== Debian packages: all {len(names)} installed (Go toolchain for the interop test)")
+        out(f"== Debian packages: all {len(names)} installed (Go toolchain for clients/go)")
         return EXIT_OK
     listed = " ".join(status.missing)
     if args.check:
@@ -140,7 +144,7 @@ def main(argv: Sequence[str] | None = None, *, run: Runner = _run,
         return EXIT_MISSING
     root = (os.geteuid() if euid is None else euid) == 0
     if not root:
-        out("== Debian packages: the tests need these, which are not installed:")
+        out("== Debian packages: the Go code needs these, which are not installed:")
         why = dict(DEBIAN_PACKAGES)
         for name in status.missing:
             out(f"     {name:<40} {why[name]}")

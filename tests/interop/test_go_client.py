@@ -1,10 +1,13 @@
 """Go interop: a HAMi-style Go client drives the three daemons through seed cases 1–4.
 
-Builds tests/interop/go/src/hamiclient with Debian's Go toolchain in GOPATH mode (the Go code of
-protos/ is generated into a temporary GOPATH, never into the Python package), starts the usage,
-admission and scheduler daemons as separate processes on free 127.0.0.1 ports, runs the client
-and checks the exact seed figures it prints as one JSON document. A missing Go toolchain is a
-failure, not a skip: `make test` installs it first (scripts/system_setup.py, as root).
+Builds tests/interop/go/src/hamiclient with Debian's Go toolchain in GOPATH mode; it calls every
+daemon through the Go module in clients/go (the checked-in generated code and the hamiaccounting
+client package: its Dial, call policy, traceparent and pod JSON). Starts the usage, admission
+and scheduler daemons as separate processes on free 127.0.0.1 ports, plaintext and then with
+mutual TLS, runs the client and checks the exact seed figures it prints as one JSON document,
+and the attempts its call policy made (INVALID_ARGUMENT once, an unreachable daemon three
+times). A missing Go toolchain is a failure, not a skip: `make test` installs it first
+(scripts/system_setup.py, as root).
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from services.common.config import TlsConfig
+from services.common.server import client_channel
+from tests.reliability.daemons import Pki, tls_env
+
 pytestmark = pytest.mark.go
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +44,8 @@ GPU_MIB = 24576
 NODE_GPUS = {"node-1": "GPU-seed-0", "node-2": "GPU-seed-1"}
 UID_CASE2 = "c2a5e002-6f1c-4c2e-9d0a-000000000002"
 TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+CHECK_QUOTA_ATTEMPTS = 3
+"""The attempts the package's default policy makes for CheckQuota (clients/go/hamiaccounting)."""
 
 SERVING_TIMEOUT_S = 30.0
 STOP_GRACE_S = 5.0
@@ -72,6 +81,10 @@ class Daemons:
 
     work_dir: Path
     started: dict[str, Daemon] = field(default_factory=dict)
+    server_tls: TlsConfig | None = None
+    """The certificate every daemon serves and dials the recorder with (None: plaintext)."""
+    client_tls: TlsConfig | None = None
+    """What this test presents when it checks health."""
 
     def start(self, name: str, extra_env: dict[str, str]) -> Daemon:
         address = f"127.0.0.1:{free_port()}"
@@ -81,6 +94,7 @@ class Daemons:
             "HAMI_ACCOUNTING_LISTEN_ADDR": address,
             "HAMI_ACCOUNTING_METRICS_ADDR": "off",
             "PYTHONUNBUFFERED": "1",
+            **(tls_env(self.server_tls) if self.server_tls else {}),
             **extra_env,
         })
         log_path = self.work_dir / f"{name}.log"
@@ -98,7 +112,7 @@ class Daemons:
         deadline = time.monotonic() + deadline_s
         for daemon in self.started.values():
             last = "no answer"
-            with grpc.insecure_channel(daemon.address) as channel:
+            with client_channel(daemon.address, tls=self.client_tls) as channel:
                 stub = health_pb2_grpc.HealthStub(channel)
                 while True:
                     if daemon.process.poll() is not None:
@@ -137,23 +151,53 @@ class Daemons:
         )
 
 
+@dataclass(frozen=True)
+class Transport:
+    """How the daemons serve and the Go client dials: plaintext, or mutual TLS."""
+
+    server_tls: TlsConfig | None
+    client_tls: TlsConfig | None
+
+    def client_flags(self) -> list[str]:
+        tls = self.client_tls
+        if tls is None:
+            return []
+        assert tls.ca_file is not None
+        return ["-tls-ca", str(tls.ca_file), "-tls-cert", str(tls.cert_file),
+                "-tls-key", str(tls.key_file)]
+
+
+@pytest.fixture(params=["plaintext", "mutual-tls"])
+def transport(request: pytest.FixtureRequest, tmp_path: Path) -> Transport:
+    if request.param == "plaintext":
+        return Transport(None, None)
+    pki = Pki.create(tmp_path / "pki")
+    # The daemons' certificate names 127.0.0.1, which the Go client dials; the client's own
+    # certificate is signed by the CA the daemons require.
+    return Transport(pki.leaf("daemons"), pki.leaf("hami-scheduler", server=False))
+
+
 @pytest.fixture
-def daemons(tmp_path: Path) -> Iterator[Daemons]:
-    group = Daemons(tmp_path)
+def daemons(tmp_path: Path, transport: Transport) -> Iterator[Daemons]:
+    group = Daemons(tmp_path, server_tls=transport.server_tls, client_tls=transport.client_tls)
     try:
         yield group
     finally:
         group.stop()
 
 
-def build_client(gopath: Path) -> tuple[Path, float]:
+@pytest.fixture(scope="module")
+def go_client(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
+    """The client, built once for both transports."""
+    return build_client(tmp_path_factory.mktemp("go-client") / "hamiclient")
+
+
+def build_client(binary: Path) -> tuple[Path, float]:
     """Builds the client (with go vet and gofmt); fails the test when the toolchain is missing."""
-    binary = gopath / "bin" / "hamiclient"
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, str(BUILD_SCRIPT), "--gopath", str(gopath), "--output", str(binary),
-         "--vet"],
-        cwd=ROOT, capture_output=True, text=True, timeout=180,
+        [sys.executable, str(BUILD_SCRIPT), "--output", str(binary), "--vet"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     elapsed = time.monotonic() - started
     if result.returncode == TOOLCHAIN_MISSING_EXIT:
@@ -214,7 +258,7 @@ def memory_of(vendor_requests: list[dict[str, Any]] | None) -> int | None:
     return None
 
 
-def check_seed_figures(report: dict[str, Any]) -> list[str]:
+def check_seed_figures(report: dict[str, Any], *, tls: bool) -> list[str]:
     steps = {step["step"]: step for step in report["steps"]}
     expect = Expectations(steps)
     expect.check(report.get("ok") is True,
@@ -222,6 +266,7 @@ def check_seed_figures(report: dict[str, Any]) -> list[str]:
 
     for daemon in ("admission", "scheduler", "usage"):
         expect.equal(f"health_{daemon}", "status", "SERVING")
+        expect.equal(f"health_{daemon}", "tls", tls)
 
     node1 = expect.step("register_node_json").get("node") or {}
     expect.check(node1.get("node_name") == "node-1", f"register_node_json: node {node1!r}")
@@ -258,12 +303,16 @@ def check_seed_figures(report: dict[str, Any]) -> list[str]:
     traceparent = expect.step("case2_check_quota").get("traceparent") or ""
     expect.check(bool(TRACEPARENT.match(traceparent)),
                  f"case2_check_quota: traceparent {traceparent!r} is not W3C")
+    # Read-your-writes: the checks carry the newest revision the client's own writes got.
+    expect.check((expect.step("case2_check_quota").get("min_usage_revision") or 0) > 0,
+                 "case2_check_quota: sent no min_usage_revision after the quota was set")
 
     # Case 2 placed: a node chosen, node-missing failed, grants 20480 (init) and 10240 (app).
     chosen = expect.step("case2_filter").get("node_name")
     expect.check(chosen in NODE_GPUS, f"case2_filter: node_name {chosen!r} not node-1/node-2")
     uuid = NODE_GPUS.get(chosen or "", "?")
     expect.equal("case2_filter", "reason", "Scheduled")
+    expect.equal("case2_filter", "pod_source", "typed")
     expect.equal("case2_filter", "traceparent_sent", traceparent)
     expect.check("node-missing" in (expect.step("case2_filter").get("failed_nodes") or {}),
                  f"case2_filter: failed_nodes {expect.step('case2_filter').get('failed_nodes')!r}")
@@ -311,6 +360,9 @@ def check_seed_figures(report: dict[str, Any]) -> list[str]:
     expect.equal("case4_check_quota_after_shrink", "allowed", True)
     expect.equal("case4_check_quota_after_shrink", "reason", "QuotaFits")
     expect.equal("case4_filter_newcomer", "node_name", chosen)
+    expect.equal("case4_filter_newcomer", "pod_source", "kubernetes_pod_json")
+    expect.equal("case4_filter_newcomer", "traceparent_sent",
+                 expect.step("case4_check_quota_after_shrink").get("traceparent"))
     expect.equal("case4_filter_newcomer", "reserved_memory_mib", 12288)
     expect.check([u.get("uuid") for u in expect.step("case4_filter_newcomer").get("reserved") or []]
                  == [uuid], "case4_filter_newcomer: not reserved on the case 2 GPU")
@@ -349,11 +401,16 @@ def check_seed_figures(report: dict[str, Any]) -> list[str]:
                  f"watch_usage: no SNAPSHOT event (kinds {watch.get('kinds')!r})")
     expect.equal("watch_usage", "saw_forgotten", True)
 
-    # Errors: malformed input is INVALID_ARGUMENT; a dead daemon is UNAVAILABLE and denies.
+    # Errors: malformed input is INVALID_ARGUMENT, sent once; a dead daemon is UNAVAILABLE after
+    # the policy's attempts, and denies.
     expect.equal("malformed_record_pod_without_pod", "code", "InvalidArgument")
+    expect.equal("malformed_record_pod_without_pod", "attempts", 1)
     expect.equal("malformed_check_quota_bad_json", "code", "InvalidArgument")
+    expect.equal("malformed_check_quota_bad_json", "attempts", 1)
     expect.equal("malformed_check_quota_bad_json", "webhook_allowed", False)
     expect.equal("unreachable_check_quota", "code", "Unavailable")
+    expect.equal("unreachable_check_quota", "policy_attempts", CHECK_QUOTA_ATTEMPTS)
+    expect.equal("unreachable_check_quota", "attempts", CHECK_QUOTA_ATTEMPTS)
     expect.equal("unreachable_check_quota", "webhook_allowed", False)
 
     # MIG, read from Go: the card's profiles, the instance on the grant, the annotation HAMi's
@@ -373,15 +430,15 @@ def check_seed_figures(report: dict[str, Any]) -> list[str]:
     return expect.problems
 
 
-@pytest.mark.timeout(150)
-def test_go_client_walks_the_seed_cases(daemons: Daemons, tmp_path: Path) -> None:
+@pytest.mark.timeout(360)
+def test_go_client_walks_the_seed_cases(daemons: Daemons, transport: Transport,
+                                        go_client: tuple[Path, float], tmp_path: Path) -> None:
     usage = daemons.start("usage", {"HAMI_ACCOUNTING_DATA_DIR": str(tmp_path / "data")})
     upstream = {"HAMI_ACCOUNTING_USAGE_ADDR": usage.address}
     admission = daemons.start("admission", upstream)
     scheduler = daemons.start("scheduler", upstream)
 
-    # Build while the daemons boot.
-    binary, build_s = build_client(tmp_path / "gopath")
+    binary, build_s = go_client
     print(f"go client built in {build_s:.1f} s")
     daemons.wait_serving()
 
@@ -392,8 +449,8 @@ def test_go_client_walks_the_seed_cases(daemons: Daemons, tmp_path: Path) -> Non
         "-usage-addr", usage.address,
         "-unreachable-addr", f"127.0.0.1:{free_port()}",
         "-namespace", NAMESPACE,
-        "-timeout", "5s",
         "-watch-timeout", "10s",
+        *transport.client_flags(),
     ]
     started = time.monotonic()
     result = subprocess.run(command, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
@@ -405,7 +462,7 @@ def test_go_client_walks_the_seed_cases(daemons: Daemons, tmp_path: Path) -> Non
                     f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}\n{daemons.logs()}",
                     pytrace=False)
 
-    problems = check_seed_figures(report)
+    problems = check_seed_figures(report, tls=transport.client_tls is not None)
     if problems:
         pytest.fail(
             "the Go client's figures differ from the seed cases:\n  - " + "\n  - ".join(problems)

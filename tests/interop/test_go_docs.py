@@ -1,8 +1,10 @@
-"""docs/go-clients.md quotes the Go client verbatim: every snippet is a doc region of main.go.
+"""docs/go-clients.md quotes the Go code verbatim: every snippet is a doc region of a Go file.
 
-A region in tests/interop/go/src/hamiclient/main.go runs from a `// doc:begin NAME` line to the
-matching `// doc:end NAME` line. In the doc, each ```go block is preceded by
-`<!-- snippet: NAME -->` and must equal the region with its common indentation removed.
+The Go files are the client package of the Go module (clients/go/hamiaccounting, tests left
+out) and the interop client that uses it (tests/interop/go/src/hamiclient). A region runs from a
+`// doc:begin NAME` line to the matching `// doc:end NAME` line; names are unique across the
+files. In the doc, each ```go block is preceded by `<!-- snippet: NAME -->` and must equal the
+region with its common indentation removed.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MAIN_GO = ROOT / "tests" / "interop" / "go" / "src" / "hamiclient" / "main.go"
+GO_DIRS = (ROOT / "clients" / "go" / "hamiaccounting", ROOT / "tests" / "interop" / "go" / "src"
+           / "hamiclient")
 DOC = ROOT / "docs" / "go-clients.md"
 
 REGION = re.compile(
@@ -26,10 +29,21 @@ SNIPPET = re.compile(
 GO_BLOCK = re.compile(r"^```go$", re.MULTILINE)
 
 
+def go_files() -> list[Path]:
+    return sorted(path for folder in GO_DIRS for path in folder.glob("*.go")
+                  if not path.name.endswith("_test.go"))
+
+
 def regions() -> dict[str, str]:
-    found = {m["name"]: textwrap.dedent(m["body"]).strip("\n") for m in REGION.finditer(
-        MAIN_GO.read_text())}
-    assert found, f"no doc regions in {MAIN_GO}"
+    found: dict[str, str] = {}
+    where: dict[str, Path] = {}
+    for path in go_files():
+        for m in REGION.finditer(path.read_text()):
+            name = m["name"]
+            assert name not in found, f"doc region {name!r} is in both {where[name]} and {path}"
+            found[name] = textwrap.dedent(m["body"]).strip("\n")
+            where[name] = path
+    assert found, f"no doc regions in {GO_DIRS}"
     return found
 
 
@@ -44,12 +58,12 @@ def test_every_go_block_in_the_doc_is_a_named_snippet() -> None:
     )
 
 
-def test_doc_snippets_match_main_go_verbatim() -> None:
+def test_doc_snippets_match_the_go_code_verbatim() -> None:
     code = regions()
     for name, body in snippets():
-        assert name in code, f"docs/go-clients.md quotes {name!r}: main.go has no such region"
+        assert name in code, f"docs/go-clients.md quotes {name!r}: no Go file has such a region"
         assert body == code[name], (
-            f"docs/go-clients.md snippet {name!r} differs from main.go; it should read:\n"
+            f"docs/go-clients.md snippet {name!r} differs from the Go code; it should read:\n"
             f"```go\n{code[name]}\n```"
         )
 
@@ -57,4 +71,4 @@ def test_doc_snippets_match_main_go_verbatim() -> None:
 def test_every_region_is_quoted_in_the_doc() -> None:
     quoted = {name for name, _ in snippets()}
     missing = sorted(set(regions()) - quoted)
-    assert not missing, f"main.go doc regions not quoted in docs/go-clients.md: {missing}"
+    assert not missing, f"Go doc regions not quoted in docs/go-clients.md: {missing}"

@@ -269,15 +269,16 @@ def test_script_as_root_installs_then_the_second_run_is_one_line(fake_debian: Pa
                             capture_output=True, text=True, timeout=60, check=False)
     assert second.returncode == 0
     assert second.stdout.strip().splitlines() == [
-        "== Debian packages: all 7 installed (Go toolchain for the interop test)"]
+        "== Debian packages: all 7 installed (Go toolchain for clients/go)"]
     assert (fake_debian / "apt.log").read_text().splitlines() == log
 
 
-def test_make_test_as_a_user_stops_at_once_naming_the_packages(
-    fake_debian: Path, shared_dir: Path
+@pytest.mark.parametrize("target", ["test", "verify"])
+def test_make_as_a_user_stops_at_once_naming_the_packages(
+    fake_debian: Path, shared_dir: Path, target: str
 ) -> None:
-    """`make test` on a fresh machine, not root: the first lines say what to install, and
-    nothing else happens (no .venv, no pytest)."""
+    """`make test` or `make verify` on a fresh machine, not root: the first lines say what to
+    install, and nothing else happens (no .venv, no pytest, no generator)."""
     checkout = shared_dir / "checkout"
     (checkout / "scripts").mkdir(parents=True)
     shutil.copy(ROOT / "Makefile", checkout / "Makefile")
@@ -287,15 +288,16 @@ def test_make_test_as_a_user_stops_at_once_naming_the_packages(
         path.chmod(0o777)
     (fake_debian / "installed").write_text("golang-go\n")
     result = subprocess.run(
-        [*_unprivileged(), "make", "--no-print-directory", "-C", str(checkout), "test",
+        [*_unprivileged(), "make", "--no-print-directory", "-C", str(checkout), target,
          f"SYSTEM_PYTHON={_system_python()}"],
         env=_env(fake_debian), capture_output=True, text=True, timeout=120, check=False,
     )
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
     assert output.splitlines()[0] == (
-        "== Debian packages: the tests need these, which are not installed:"), output
+        "== Debian packages: the Go code needs these, which are not installed:"), output
     assert f"apt-get install -y {' '.join(PACKAGES[1:])}" in output
     assert not (checkout / ".venv").exists(), "set-up went on after the Debian check failed"
     assert "pytest" not in output and "run_tests" not in output
+    assert "gen_protos" not in output
     assert not (fake_debian / "apt.log").exists()

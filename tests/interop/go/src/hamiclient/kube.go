@@ -12,7 +12,7 @@ import (
 	"sort"
 	"strconv"
 
-	accountingv1 "hami-accounting/gen/go/hami/accounting/v1"
+	accountingv1 "github.com/hami-accounting/hami-accounting/clients/go/accountingv1"
 )
 
 // HAMi resource names and annotations (docs/design.md §2.3, §5).

@@ -4,11 +4,14 @@
 // the init-container seed cases 1–4 and prints every figure as one JSON
 // document on stdout. tests/interop/test_go_client.py builds and runs it.
 //
-// The regions between "doc:begin NAME" and "doc:end NAME" are quoted verbatim
-// in docs/go-clients.md; tests/interop/test_go_docs.py keeps them identical.
+// Every call goes through the client package of the Go module in clients/go
+// (hamiaccounting: the dial, deadlines, retries and traceparent HAMi would
+// use). The regions between "doc:begin NAME" and "doc:end NAME" here and in
+// that package are quoted verbatim in docs/go-clients.md;
+// tests/interop/test_go_docs.py keeps them identical.
 //
-// Built in GOPATH mode against Debian's grpc-go 1.33 (grpc.WithInsecure,
-// grpc.DialContext): see scripts/build_go_client.py.
+// Built in GOPATH mode against Debian's grpc-go 1.33: see
+// scripts/build_go_client.py.
 package main
 
 import (
@@ -19,15 +22,16 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	accountingv1 "hami-accounting/gen/go/hami/accounting/v1"
+	accountingv1 "github.com/hami-accounting/hami-accounting/clients/go/accountingv1"
+	"github.com/hami-accounting/hami-accounting/clients/go/hamiaccounting"
 )
 
 // Seed figures (docs/design.md §9, the design cases): one 24 GiB GPU per node
@@ -43,7 +47,6 @@ const (
 	node1GPU           = "GPU-seed-0"
 	node2GPU           = "GPU-seed-1"
 	gpuModel           = "NVIDIA A10"
-	webhookAttempts    = 3
 	firstEventDeadline = 2 * time.Second
 )
 
@@ -73,8 +76,11 @@ type config struct {
 	usageAddr       string
 	unreachableAddr string
 	namespace       string
-	timeout         time.Duration
 	watchTimeout    time.Duration
+	tlsCert         string
+	tlsKey          string
+	tlsCA           string
+	tlsServerName   string
 }
 
 // step is one call's figures in the JSON report.
@@ -124,8 +130,11 @@ func main() {
 	flag.StringVar(&cfg.unreachableAddr, "unreachable-addr", "",
 		"an address nothing listens on: CheckQuota there must end UNAVAILABLE and deny (skipped when empty)")
 	flag.StringVar(&cfg.namespace, "namespace", namespaceDefault, "namespace of the seed pods")
-	flag.DurationVar(&cfg.timeout, "timeout", 5*time.Second, "deadline of every unary call")
 	flag.DurationVar(&cfg.watchTimeout, "watch-timeout", 10*time.Second, "deadline of the WatchUsage stream")
+	flag.StringVar(&cfg.tlsCA, "tls-ca", "", "PEM CA bundle that signed the daemons' certificates (empty: plaintext)")
+	flag.StringVar(&cfg.tlsCert, "tls-cert", "", "PEM client certificate, for daemons that run mutual TLS")
+	flag.StringVar(&cfg.tlsKey, "tls-key", "", "its PEM private key")
+	flag.StringVar(&cfg.tlsServerName, "tls-server-name", "", "name the daemons' certificates carry (empty: the dialled host)")
 	flag.Parse()
 
 	result := run(cfg)
@@ -140,163 +149,50 @@ func main() {
 	}
 }
 
-// doc:begin dial
-// dial opens a client connection. grpc-go 1.33 (Debian) has no grpc.NewClient
-// and no insecure.NewCredentials; HAMi's newer grpc-go uses those instead.
-// The dial does not block: a dead daemon surfaces as UNAVAILABLE on the call.
-func dial(address string) (*grpc.ClientConn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return grpc.DialContext(ctx, address, grpc.WithInsecure())
+// doc:begin connect
+// dialOptions are the Dial options of every daemon: TLS from the PEM files the
+// daemons' own HAMI_ACCOUNTING_TLS_* variables name, plaintext without them.
+func dialOptions(cfg config) ([]hamiaccounting.Option, error) {
+	if cfg.tlsCA == "" && cfg.tlsCert == "" {
+		return nil, nil
+	}
+	tlsConfig, err := hamiaccounting.LoadTLSConfig(cfg.tlsCert, cfg.tlsKey, cfg.tlsCA, cfg.tlsServerName)
+	if err != nil {
+		return nil, err
+	}
+	return []hamiaccounting.Option{hamiaccounting.WithTLS(tlsConfig)}, nil
 }
 
+// doc:end connect
+
 // serving asks grpc.health.v1 whether the daemon serves (service "" is the
-// whole server; a service name such as hami.accounting.v1.UsageRecorder works too).
-func serving(conn *grpc.ClientConn, service string, timeout time.Duration) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	response, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+// whole server; a service name such as hami.accounting.v1.UsageRecorder works
+// too). The connection's call policy gives it its deadline.
+func serving(conn *grpc.ClientConn, service string) (string, error) {
+	response, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: service})
 	return response.GetStatus().String(), err
 }
 
-// doc:end dial
+// attempts counts the attempts the call policy makes on one connection (an
+// interceptor given through WithDialOptions runs once per attempt), so the
+// report shows what was retried and what was not.
+type attempts struct{ count int64 }
 
-// doc:begin call-context
-// callContext gives every call its deadline and joins the pod's trace: the W3C
-// traceparent (from CheckQuota, stored in the pod annotation
-// hami.io/traceparent) travels as "traceparent" gRPC metadata, where the
-// daemons' OpenTelemetry interceptors pick it up.
-func callContext(timeout time.Duration, traceparent string) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	if traceparent != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", traceparent)
-	}
-	return ctx, cancel
+func (a *attempts) option() hamiaccounting.Option {
+	return hamiaccounting.WithDialOptions(grpc.WithChainUnaryInterceptor(
+		func(ctx context.Context, method string, request, reply interface{}, conn *grpc.ClientConn,
+			invoke grpc.UnaryInvoker, options ...grpc.CallOption) error {
+			atomic.AddInt64(&a.count, 1)
+			return invoke(ctx, method, request, reply, conn, options...)
+		}))
 }
 
-// retryable reports whether a failed call may be tried again: the daemon was
-// unreachable or too slow. INVALID_ARGUMENT and every other code are final.
-func retryable(err error) bool {
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded:
-		return true
-	}
-	return false
-}
+func (a *attempts) get() int64 { return atomic.LoadInt64(&a.count) }
 
-// doc:end call-context
-
-// doc:begin webhook
-// webhookCheckQuota is what HAMi's mutating webhook does for a pod with a GPU
-// request before admitting it: send the pod as its Kubernetes JSON and retry
-// only while Admission (or the recorder behind it) is unreachable.
-// webhookAttempts × timeout must stay below the webhook's timeoutSeconds.
-// minUsageRevision is the newest revision a recorder write answered this
-// process with (0 for none): HAMi runs its webhook in the scheduler process,
-// so the check can ask to see at least what that process has written.
-func webhookCheckQuota(admission accountingv1.AdmissionClient, pod *kubePod, minUsageRevision int64, timeout time.Duration) (*accountingv1.CheckQuotaResponse, error) {
-	podJSON, err := json.Marshal(pod)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	request := &accountingv1.CheckQuotaRequest{
-		PodSource:        &accountingv1.CheckQuotaRequest_KubernetesPodJson{KubernetesPodJson: podJSON},
-		MinUsageRevision: minUsageRevision,
-	}
-	for attempt := 1; ; attempt++ {
-		ctx, cancel := callContext(timeout, pod.Metadata.Annotations[annotationTraceparent])
-		response, err := admission.CheckQuota(ctx, request)
-		cancel()
-		if !retryable(err) || attempt == webhookAttempts {
-			return response, err
-		}
-		time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
-	}
-}
-
-// admissionVerdict turns the answer into the webhook's allow or deny. Only an
-// OK answer with allowed=true admits the pod; every error denies (fail closed).
-func admissionVerdict(response *accountingv1.CheckQuotaResponse, err error) (bool, string) {
-	switch status.Code(err) {
-	case codes.OK:
-		return response.GetAllowed(), response.GetMessage()
-	case codes.InvalidArgument:
-		return false, "GPU quota check rejected the pod: " + status.Convert(err).Message()
-	default:
-		return false, "GPU quota check unavailable, try again: " + status.Convert(err).Message()
-	}
-}
-
-// doc:end webhook
-
-// doc:begin extender
-// extenderFilter is the scheduler extender's filter verb: send the typed pod
-// and kube-scheduler's candidate nodes, on the pod's trace. An empty node_name
-// (reason NoNodeFits) is an answer, not an error: hand failed_nodes back to
-// kube-scheduler. The placement is already reserved in the recorder.
-func extenderFilter(scheduler accountingv1.SchedulerClient, pod *accountingv1.Pod, nodeNames []string, timeout time.Duration) (*accountingv1.FilterResponse, error) {
-	ctx, cancel := callContext(timeout, pod.GetAnnotations()[annotationTraceparent])
-	defer cancel()
-	return scheduler.Filter(ctx, &accountingv1.FilterRequest{
-		PodSource: &accountingv1.FilterRequest_Pod{Pod: pod},
-		NodeNames: nodeNames,
-	})
-}
-
-// doc:end extender
-
-// doc:begin informer
-// informerRecordPod runs on every add and update event of a pod that carries
-// hami.io/vgpu-node. RecordPod is an idempotent upsert: replaying an event
-// changes nothing, so a resync or a retry is always safe.
-func informerRecordPod(usage accountingv1.UsageRecorderClient, pod *kubePod, timeout time.Duration) (*accountingv1.RecordPodResponse, error) {
-	podJSON, err := json.Marshal(pod)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	ctx, cancel := callContext(timeout, pod.Metadata.Annotations[annotationTraceparent])
-	defer cancel()
-	return usage.RecordPod(ctx, &accountingv1.RecordPodRequest{
-		PodSource: &accountingv1.RecordPodRequest_KubernetesPodJson{KubernetesPodJson: podJSON},
-	})
-}
-
-// informerForgetPod runs on the delete event: the recorder releases exactly
-// what it stores for the pod (found=false when it never tracked it).
-func informerForgetPod(usage accountingv1.UsageRecorderClient, pod *kubePod, timeout time.Duration) (*accountingv1.ForgetPodResponse, error) {
-	ctx, cancel := callContext(timeout, pod.Metadata.Annotations[annotationTraceparent])
-	defer cancel()
-	return usage.ForgetPod(ctx, &accountingv1.ForgetPodRequest{PodUid: pod.Metadata.UID})
-}
-
-// doc:end informer
-
-// clients bundles the three daemons' stubs and what this process wrote.
+// clients is the package's Client and the attempts made on each daemon.
 type clients struct {
-	admission accountingv1.AdmissionClient
-	scheduler accountingv1.SchedulerClient
-	usage     accountingv1.UsageRecorderClient
-	written   *usageRevision
-}
-
-// usageRevision keeps the newest revision the recorder's writes answered with.
-type usageRevision struct {
-	mu    sync.Mutex
-	value int64
-}
-
-func (r *usageRevision) saw(revision int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if revision > r.value {
-		r.value = revision
-	}
-}
-
-func (r *usageRevision) get() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.value
+	*hamiaccounting.Client
+	attempts map[string]*attempts
 }
 
 // run walks the scenario. A failed step is reported and the walk goes on, so
@@ -311,34 +207,41 @@ func run(cfg config) *report {
 	}
 	defer func() { out.OK = len(out.UnexpectedErrors) == 0 }()
 
+	options, err := dialOptions(cfg)
+	if err != nil {
+		out.add("tls_config", status.Error(codes.InvalidArgument, err.Error()), nil)
+		return out
+	}
+	c := clients{attempts: map[string]*attempts{}}
 	conns := map[string]*grpc.ClientConn{}
 	for _, daemon := range []struct{ name, address, service string }{
 		{"admission", cfg.admissionAddr, "hami.accounting.v1.Admission"},
 		{"scheduler", cfg.schedulerAddr, "hami.accounting.v1.Scheduler"},
 		{"usage", cfg.usageAddr, "hami.accounting.v1.UsageRecorder"},
 	} {
-		conn, err := dial(daemon.address)
+		c.attempts[daemon.name] = &attempts{}
+		conn, err := hamiaccounting.Dial(context.Background(), daemon.address,
+			append(options, c.attempts[daemon.name].option())...)
 		if err != nil {
 			out.add("dial_"+daemon.name, err, step{"address": daemon.address})
 			return out
 		}
 		defer conn.Close()
 		conns[daemon.name] = conn
-		overall, err := serving(conn, "", cfg.timeout)
-		fields := step{"daemon": daemon.name, "address": daemon.address, "status": overall}
+		overall, err := serving(conn, "")
+		fields := step{"daemon": daemon.name, "address": daemon.address, "status": overall, "tls": len(options) > 0}
 		out.add("health_"+daemon.name, err, fields)
 		// The per-service status is reported but not required.
-		perService, serviceErr := serving(conn, daemon.service, cfg.timeout)
+		perService, serviceErr := serving(conn, daemon.service)
 		fields["service"] = daemon.service
 		fields["service_status"] = perService
 		fields["service_code"] = status.Code(serviceErr).String()
 	}
-	c := clients{
-		admission: accountingv1.NewAdmissionClient(conns["admission"]),
-		scheduler: accountingv1.NewSchedulerClient(conns["scheduler"]),
-		usage:     accountingv1.NewUsageRecorderClient(conns["usage"]),
-		written:   &usageRevision{},
-	}
+	// doc:begin client
+	// One Client for the webhook, the extender and the informer of one process:
+	// its quota checks count what its informer wrote.
+	c.Client = hamiaccounting.NewClient(conns["admission"], conns["scheduler"], conns["usage"])
+	// doc:end client
 
 	registerNodes(cfg, c, out)
 	setQuota(cfg, c, out)
@@ -347,20 +250,20 @@ func run(cfg config) *report {
 	case1 := newPod(cfg.namespace, "llm-convert-too-big", uidCase1,
 		[]kubeContainer{gpuContainer("convert-weights", containerImageInit, 30720)},
 		[]kubeContainer{gpuContainer("server", containerImageServer, 4096)})
-	checkQuota(cfg, c, out, "case1_check_quota", case1)
+	checkQuota(c, out, "case1_check_quota", case1)
 
 	// Case 2: init 20480 + app 10240 → effective 20480 ≤ 24576: allowed, and
 	// the pod keeps the returned traceparent in its annotation.
 	case2 := newPod(cfg.namespace, "llm-server", uidCase2,
 		[]kubeContainer{gpuContainer("convert-weights", containerImageInit, 20480)},
 		[]kubeContainer{gpuContainer("server", containerImageServer, 10240)})
-	case2Check := checkQuota(cfg, c, out, "case2_check_quota", case2)
+	case2Check := checkQuota(c, out, "case2_check_quota", case2)
 	if traceparent := case2Check.GetTraceparent(); traceparent != "" {
 		case2.Metadata.Annotations[annotationTraceparent] = traceparent
 	}
 
 	// Case 2 placed: Filter with the typed Pod; one node does not exist.
-	chosen := filter(cfg, c, out, "case2_filter", case2, []string{node1, node2, nodeMissing})
+	chosen := filter(c, out, "case2_filter", case2, typedSource, []string{node1, node2, nodeMissing})
 	bound := bindPod(case2, chosen)
 
 	// Case 3: the informer records the bound pod while its init container runs.
@@ -369,15 +272,15 @@ func run(cfg config) *report {
 		InitContainerStatuses: []containerStatus{runningStatus("convert-weights", containerImageInit)},
 		ContainerStatuses:     []containerStatus{waitingStatus("server", containerImageServer, "PodInitializing")},
 	}
-	recordPod(cfg, c, out, "case3_record_pod", bound)
-	recordPod(cfg, c, out, "case3_record_pod_replayed", bound)
-	nodeUsage(cfg, c, out, "case3_node_usage", []string{chosen.GetNodeName(), nodeMissing})
+	recordPod(c, out, "case3_record_pod", bound)
+	recordPod(c, out, "case3_record_pod_replayed", bound)
+	nodeUsage(c, out, "case3_node_usage", []string{chosen.GetNodeName(), nodeMissing})
 	namespaceUsage(cfg, c, out, "case3_namespace_usage")
 
 	// Case 4, before the shrink: a 12288 pod does not fit (20480 + 12288 > 24576).
 	newcomer := newPod(cfg.namespace, "llm-server-2", uidNewcomer, nil,
 		[]kubeContainer{gpuContainer("server", containerImageServer, 12288)})
-	checkQuota(cfg, c, out, "case4_check_quota_before_shrink", newcomer)
+	checkQuota(c, out, "case4_check_quota_before_shrink", newcomer)
 
 	// Case 4: convert-weights Terminated with exit code 0 → stored shrinks to 10240.
 	bound.Status = podStatus{
@@ -385,16 +288,16 @@ func run(cfg config) *report {
 		InitContainerStatuses: []containerStatus{completedStatus("convert-weights", containerImageInit, 0)},
 		ContainerStatuses:     []containerStatus{runningStatus("server", containerImageServer)},
 	}
-	recordPod(cfg, c, out, "case4_record_pod", bound)
-	nodeUsage(cfg, c, out, "case4_node_usage", []string{chosen.GetNodeName()})
+	recordPod(c, out, "case4_record_pod", bound)
+	nodeUsage(c, out, "case4_node_usage", []string{chosen.GetNodeName()})
 	namespaceUsage(cfg, c, out, "case4_namespace_usage")
 
 	// Case 4, after the shrink: 10240 + 12288 ≤ 24576, and it fits on the same GPU.
-	newcomerCheck := checkQuota(cfg, c, out, "case4_check_quota_after_shrink", newcomer)
+	newcomerCheck := checkQuota(c, out, "case4_check_quota_after_shrink", newcomer)
 	if traceparent := newcomerCheck.GetTraceparent(); traceparent != "" {
 		newcomer.Metadata.Annotations[annotationTraceparent] = traceparent
 	}
-	filter(cfg, c, out, "case4_filter_newcomer", newcomer, []string{chosen.GetNodeName()})
+	filter(c, out, "case4_filter_newcomer", newcomer, jsonSource, []string{chosen.GetNodeName()})
 
 	// Reserve directly: 4096 more on that GPU does not fit (22528 + 4096 >
 	// 24576); exactly 2048 more fills the card and the quota to the MiB.
@@ -405,23 +308,23 @@ func run(cfg config) *report {
 	}
 	probe := newPod(cfg.namespace, "reserve-probe", uidProbe, nil,
 		[]kubeContainer{gpuContainer("probe", containerImageServer, 4096)})
-	reserve(cfg, c, out, "reserve_over_capacity", probe, chosen.GetNodeName(), probeUUID, 4096)
+	reserve(c, out, "reserve_over_capacity", probe, chosen.GetNodeName(), probeUUID, 4096)
 	probe.Spec.Containers = []kubeContainer{gpuContainer("probe", containerImageServer, 2048)}
-	reserve(cfg, c, out, "reserve_exact_fit", probe, chosen.GetNodeName(), probeUUID, 2048)
+	reserve(c, out, "reserve_exact_fit", probe, chosen.GetNodeName(), probeUUID, 2048)
 	namespaceUsage(cfg, c, out, "full_namespace_usage")
 
-	podUsage(cfg, c, out, "case4_pod_usage", bound)
+	podUsage(c, out, "case4_pod_usage", bound)
 
 	// Watch the recorder while the informer forgets the three pods.
 	watch := startWatch(cfg, c)
-	forgetPod(cfg, c, out, "forget_probe", probe)
-	forgetPod(cfg, c, out, "forget_newcomer", newcomer)
-	forgetPod(cfg, c, out, "forget_case2", bound)
+	forgetPod(c, out, "forget_probe", probe)
+	forgetPod(c, out, "forget_newcomer", newcomer)
+	forgetPod(c, out, "forget_case2", bound)
 	watch.finish(out, uidCase2)
 	namespaceUsage(cfg, c, out, "final_namespace_usage")
-	nodeUsage(cfg, c, out, "final_node_usage", []string{node1, node2})
+	nodeUsage(c, out, "final_node_usage", []string{node1, node2})
 
-	malformed(cfg, c, out)
+	malformed(c, out)
 	migCard(cfg, c, out)
 	if cfg.unreachableAddr != "" {
 		unreachable(cfg, out)
@@ -439,11 +342,10 @@ func migCard(cfg config, c clients, out *report) {
 	if err != nil {
 		panic(err)
 	}
-	ctx, cancel := callContext(cfg.timeout, "")
-	registered, err := c.usage.RegisterNode(ctx, &accountingv1.RegisterNodeRequest{
+	registered, err := c.Usage.RegisterNode(context.Background(), &accountingv1.RegisterNodeRequest{
 		NodeSource: &accountingv1.RegisterNodeRequest_KubernetesNodeJson{KubernetesNodeJson: nodeJSON},
 	})
-	cancel()
+	c.NoteRevision(registered.GetRevision())
 	profiles := []step{}
 	for _, device := range registered.GetNode().GetDevices() {
 		for _, profile := range device.GetMigProfiles() {
@@ -457,7 +359,7 @@ func migCard(cfg config, c clients, out *report) {
 
 	pod := newPod(cfg.namespace, "mig-worker", uidMIG, nil,
 		[]kubeContainer{gpuContainer("worker", containerImageServer, 3000)})
-	filtered := filter(cfg, c, out, "mig_filter", pod, []string{nodeMIG})
+	filtered := filter(c, out, "mig_filter", pod, typedSource, []string{nodeMIG})
 	instances := []step{}
 	for _, ctr := range filtered.GetContainerGrants() {
 		for _, grant := range ctr.GetGrants() {
@@ -470,9 +372,7 @@ func migCard(cfg config, c clients, out *report) {
 		}
 	}
 	held := func() []step {
-		ctx, cancel := callContext(cfg.timeout, "")
-		defer cancel()
-		response, err := c.usage.GetNodeUsage(ctx, &accountingv1.GetNodeUsageRequest{NodeNames: []string{nodeMIG}})
+		response, err := c.Usage.GetNodeUsage(context.Background(), &accountingv1.GetNodeUsageRequest{NodeNames: []string{nodeMIG}})
 		placements := []step{}
 		if err == nil {
 			for _, node := range response.GetNodes() {
@@ -490,7 +390,7 @@ func migCard(cfg config, c clients, out *report) {
 		"mig_allocations": filtered.GetAnnotations()[annotationMIGAllocations],
 		"mig_in_use":      held(),
 	})
-	forgetPod(cfg, c, out, "mig_forget", pod)
+	forgetPod(c, out, "mig_forget", pod)
 	out.add("mig_released", nil, step{"mig_in_use": held()})
 }
 
@@ -516,18 +416,16 @@ func registerNodes(cfg config, c clients, out *report) {
 	if err != nil {
 		panic(err)
 	}
-	ctx, cancel := callContext(cfg.timeout, "")
-	response, err := c.usage.RegisterNode(ctx, &accountingv1.RegisterNodeRequest{
+	response, err := c.Usage.RegisterNode(context.Background(), &accountingv1.RegisterNodeRequest{
 		NodeSource: &accountingv1.RegisterNodeRequest_KubernetesNodeJson{KubernetesNodeJson: nodeJSON},
 	})
-	cancel()
+	c.NoteRevision(response.GetRevision())
 	out.add("register_node_json", err, step{
 		"node_register_annotation": string(register),
 		"node":                     nodeUsageFields(response.GetNode()),
 	})
 
-	ctx, cancel = callContext(cfg.timeout, "")
-	response, err = c.usage.RegisterNode(ctx, &accountingv1.RegisterNodeRequest{
+	response, err = c.Usage.RegisterNode(context.Background(), &accountingv1.RegisterNodeRequest{
 		NodeName: node2,
 		NodeSource: &accountingv1.RegisterNodeRequest_Inventory{Inventory: &accountingv1.NodeInventory{
 			Devices: []*accountingv1.Device{{
@@ -537,18 +435,16 @@ func registerNodes(cfg config, c clients, out *report) {
 			}},
 		}},
 	})
-	cancel()
+	c.NoteRevision(response.GetRevision())
 	out.add("register_node_inventory", err, step{"node": nodeUsageFields(response.GetNode())})
 }
 
 func setQuota(cfg config, c clients, out *report) {
-	ctx, cancel := callContext(cfg.timeout, "")
-	defer cancel()
-	response, err := c.usage.SetQuota(ctx, &accountingv1.SetQuotaRequest{
+	response, err := c.Usage.SetQuota(context.Background(), &accountingv1.SetQuotaRequest{
 		Namespace: cfg.namespace,
 		Limits:    map[string]int64{quotaGPUMemKey: gpuMemoryMiB},
 	})
-	c.written.saw(response.GetRevision())
+	c.NoteRevision(response.GetRevision())
 	out.add("set_quota", err, step{
 		"namespace": cfg.namespace,
 		"limits":    map[string]int64{quotaGPUMemKey: gpuMemoryMiB},
@@ -556,9 +452,14 @@ func setQuota(cfg config, c clients, out *report) {
 	})
 }
 
-func checkQuota(cfg config, c clients, out *report, name string, pod *kubePod) *accountingv1.CheckQuotaResponse {
-	response, err := webhookCheckQuota(c.admission, pod, c.written.get(), cfg.timeout)
-	allowed, message := admissionVerdict(response, err)
+func checkQuota(c clients, out *report, name string, pod *kubePod) *accountingv1.CheckQuotaResponse {
+	minUsageRevision := c.WrittenRevision()
+	// doc:begin webhook-call
+	// The webhook's whole quota decision: the pod as the AdmissionReview holds
+	// it, allowed only on an OK answer that says so.
+	response, err := c.CheckQuota(context.Background(), pod)
+	allowed, message := hamiaccounting.Verdict(response, err)
+	// doc:end webhook-call
 	var effective []step
 	for _, vendor := range response.GetEffective() {
 		effective = append(effective, step{
@@ -575,34 +476,46 @@ func checkQuota(cfg config, c clients, out *report, name string, pod *kubePod) *
 		})
 	}
 	out.add(name, err, step{
-		"pod_uid":         pod.Metadata.UID,
-		"allowed":         response.GetAllowed(),
-		"reason":          response.GetReason(),
-		"message":         response.GetMessage(),
-		"traceparent":     response.GetTraceparent(),
-		"namespace":       response.GetNamespace(),
-		"effective":       effective,
-		"items":           items,
-		"webhook_allowed": allowed,
-		"webhook_message": message,
+		"pod_uid":            pod.Metadata.UID,
+		"allowed":            response.GetAllowed(),
+		"reason":             response.GetReason(),
+		"message":            response.GetMessage(),
+		"traceparent":        response.GetTraceparent(),
+		"namespace":          response.GetNamespace(),
+		"effective":          effective,
+		"items":              items,
+		"webhook_allowed":    allowed,
+		"webhook_message":    message,
+		"min_usage_revision": minUsageRevision,
 	})
 	return response
 }
 
-func filter(cfg config, c clients, out *report, name string, pod *kubePod, nodeNames []string) *accountingv1.FilterResponse {
-	typed, err := typedPod(pod)
-	if err != nil {
-		out.add(name, status.Error(codes.InvalidArgument, err.Error()), nil)
-		return nil
+// How filter sends the pod: the typed Pod message, or the pod's JSON.
+const (
+	typedSource = "typed"
+	jsonSource  = "kubernetes_pod_json"
+)
+
+func filter(c clients, out *report, name string, pod *kubePod, source string, nodeNames []string) *accountingv1.FilterResponse {
+	var sent interface{} = pod
+	if source == typedSource {
+		typed, err := typedPod(pod)
+		if err != nil {
+			out.add(name, status.Error(codes.InvalidArgument, err.Error()), nil)
+			return nil
+		}
+		sent = typed
 	}
-	response, err := extenderFilter(c.scheduler, typed, nodeNames, cfg.timeout)
+	response, err := c.Filter(context.Background(), sent, nodeNames)
 	var scores []step
 	for _, score := range response.GetScores() {
 		scores = append(scores, step{"node_name": score.GetNodeName(), "score": score.GetScore()})
 	}
 	out.add(name, err, step{
 		"pod_uid":              pod.Metadata.UID,
-		"traceparent_sent":     typed.GetAnnotations()[annotationTraceparent],
+		"pod_source":           source,
+		"traceparent_sent":     pod.Metadata.Annotations[annotationTraceparent],
 		"node_names":           nodeNames,
 		"node_name":            response.GetNodeName(),
 		"annotations":          response.GetAnnotations(),
@@ -638,9 +551,8 @@ func bindPod(pod *kubePod, filtered *accountingv1.FilterResponse) *kubePod {
 	return bound
 }
 
-func recordPod(cfg config, c clients, out *report, name string, pod *kubePod) {
-	response, err := informerRecordPod(c.usage, pod, cfg.timeout)
-	c.written.saw(response.GetRevision())
+func recordPod(c clients, out *report, name string, pod *kubePod) {
+	response, err := c.RecordPod(context.Background(), pod)
 	out.add(name, err, step{
 		"pod_uid":           pod.Metadata.UID,
 		"phase":             pod.Status.Phase,
@@ -654,9 +566,8 @@ func recordPod(cfg config, c clients, out *report, name string, pod *kubePod) {
 	})
 }
 
-func forgetPod(cfg config, c clients, out *report, name string, pod *kubePod) {
-	response, err := informerForgetPod(c.usage, pod, cfg.timeout)
-	c.written.saw(response.GetRevision())
+func forgetPod(c clients, out *report, name string, pod *kubePod) {
+	response, err := c.ForgetPod(context.Background(), pod)
 	out.add(name, err, step{
 		"pod_uid":             pod.Metadata.UID,
 		"found":               response.GetFound(),
@@ -665,7 +576,7 @@ func forgetPod(cfg config, c clients, out *report, name string, pod *kubePod) {
 	})
 }
 
-func reserve(cfg config, c clients, out *report, name string, pod *kubePod, nodeName, uuid string, memory int64) {
+func reserve(c clients, out *report, name string, pod *kubePod, nodeName, uuid string, memory int64) {
 	typed, err := typedPod(pod)
 	if err != nil {
 		out.add(name, status.Error(codes.InvalidArgument, err.Error()), nil)
@@ -676,13 +587,13 @@ func reserve(cfg config, c clients, out *report, name string, pod *kubePod, node
 		ContainerClass: accountingv1.ContainerClass_CONTAINER_CLASS_APP,
 		Grants:         []*accountingv1.DeviceGrant{{Uuid: uuid, DeviceType: vendorNVIDIA, MemoryMib: memory}},
 	}}
-	ctx, cancel := callContext(cfg.timeout, pod.Metadata.Annotations[annotationTraceparent])
-	defer cancel()
-	response, err := c.usage.Reserve(ctx, &accountingv1.ReserveRequest{
+	ctx := hamiaccounting.WithTraceparent(context.Background(), pod.Metadata.Annotations[annotationTraceparent])
+	response, err := c.Usage.Reserve(ctx, &accountingv1.ReserveRequest{
 		PodSource:       &accountingv1.ReserveRequest_Pod{Pod: typed},
 		NodeName:        nodeName,
 		ContainerGrants: grants,
 	})
+	c.NoteRevision(response.GetRevision())
 	out.add(name, err, step{
 		"pod_uid":           pod.Metadata.UID,
 		"node_name":         nodeName,
@@ -696,10 +607,9 @@ func reserve(cfg config, c clients, out *report, name string, pod *kubePod, node
 	})
 }
 
-func podUsage(cfg config, c clients, out *report, name string, pod *kubePod) {
-	ctx, cancel := callContext(cfg.timeout, pod.Metadata.Annotations[annotationTraceparent])
-	defer cancel()
-	response, err := c.usage.GetPodUsage(ctx, &accountingv1.GetPodUsageRequest{PodUid: pod.Metadata.UID})
+func podUsage(c clients, out *report, name string, pod *kubePod) {
+	ctx := hamiaccounting.WithTraceparent(context.Background(), pod.Metadata.Annotations[annotationTraceparent])
+	response, err := c.Usage.GetPodUsage(ctx, &accountingv1.GetPodUsageRequest{PodUid: pod.Metadata.UID})
 	out.add(name, err, step{
 		"pod_uid":           pod.Metadata.UID,
 		"found":             response.GetFound(),
@@ -712,10 +622,8 @@ func podUsage(cfg config, c clients, out *report, name string, pod *kubePod) {
 	})
 }
 
-func nodeUsage(cfg config, c clients, out *report, name string, nodeNames []string) {
-	ctx, cancel := callContext(cfg.timeout, "")
-	defer cancel()
-	response, err := c.usage.GetNodeUsage(ctx, &accountingv1.GetNodeUsageRequest{NodeNames: nodeNames})
+func nodeUsage(c clients, out *report, name string, nodeNames []string) {
+	response, err := c.Usage.GetNodeUsage(context.Background(), &accountingv1.GetNodeUsageRequest{NodeNames: nodeNames})
 	nodes := []step{}
 	for _, node := range response.GetNodes() {
 		nodes = append(nodes, nodeUsageFields(node))
@@ -728,9 +636,7 @@ func nodeUsage(cfg config, c clients, out *report, name string, nodeNames []stri
 }
 
 func namespaceUsage(cfg config, c clients, out *report, name string) {
-	ctx, cancel := callContext(cfg.timeout, "")
-	defer cancel()
-	response, err := c.usage.GetNamespaceUsage(ctx, &accountingv1.GetNamespaceUsageRequest{Namespace: cfg.namespace})
+	response, err := c.Usage.GetNamespaceUsage(context.Background(), &accountingv1.GetNamespaceUsageRequest{Namespace: cfg.namespace})
 	out.add(name, err, step{
 		"namespace":   cfg.namespace,
 		"items":       quotaItemFields(response.GetItems()),
@@ -754,7 +660,7 @@ func startWatch(cfg config, c clients) *watcher {
 	// A cache in front of the recorder: the current state first (SNAPSHOT
 	// events), then every change, until the deadline or cancel ends the stream.
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.watchTimeout)
-	stream, err := c.usage.WatchUsage(ctx, &accountingv1.WatchUsageRequest{SendInitialState: true})
+	stream, err := c.Usage.WatchUsage(ctx, &accountingv1.WatchUsageRequest{SendInitialState: true})
 	if err != nil {
 		cancel()
 		close(w.events)
@@ -830,29 +736,34 @@ func (w *watcher) finish(out *report, podUID string) {
 }
 
 // malformed sends requests a daemon must refuse with INVALID_ARGUMENT.
-func malformed(cfg config, c clients, out *report) {
-	ctx, cancel := callContext(cfg.timeout, "")
-	_, err := c.usage.RecordPod(ctx, &accountingv1.RecordPodRequest{})
-	cancel()
-	out.addExpectingError("malformed_record_pod_without_pod", err, step{"message": status.Convert(err).Message()})
-
-	ctx, cancel = callContext(cfg.timeout, "")
-	_, err = c.admission.CheckQuota(ctx, &accountingv1.CheckQuotaRequest{
-		PodSource: &accountingv1.CheckQuotaRequest_KubernetesPodJson{
-			KubernetesPodJson: []byte(`{"metadata":{"name":"broken","uid":"` + uidMalformed + `"`),
-		},
+// Each is sent once: INVALID_ARGUMENT is never retried.
+func malformed(c clients, out *report) {
+	before := c.attempts["usage"].get()
+	_, err := c.Usage.RecordPod(context.Background(), &accountingv1.RecordPodRequest{})
+	out.addExpectingError("malformed_record_pod_without_pod", err, step{
+		"message": status.Convert(err).Message(), "attempts": c.attempts["usage"].get() - before,
 	})
-	cancel()
-	allowed, verdict := admissionVerdict(nil, err)
+
+	before = c.attempts["admission"].get()
+	response, err := c.CheckQuota(context.Background(),
+		[]byte(`{"metadata":{"name":"broken","uid":"`+uidMalformed+`"`))
+	allowed, verdict := hamiaccounting.Verdict(response, err)
 	out.addExpectingError("malformed_check_quota_bad_json", err, step{
 		"message": status.Convert(err).Message(), "webhook_allowed": allowed, "webhook_message": verdict,
+		"attempts": c.attempts["admission"].get() - before,
 	})
 }
 
 // unreachable checks a quota against an address nothing listens on: the
 // webhook must end UNAVAILABLE after its retries and deny.
 func unreachable(cfg config, out *report) {
-	conn, err := dial(cfg.unreachableAddr)
+	options, err := dialOptions(cfg)
+	if err != nil {
+		out.addExpectingError("unreachable_check_quota", err, nil)
+		return
+	}
+	counted := &attempts{}
+	conn, err := hamiaccounting.Dial(context.Background(), cfg.unreachableAddr, append(options, counted.option())...)
 	if err != nil {
 		out.addExpectingError("unreachable_check_quota", err, step{"address": cfg.unreachableAddr})
 		return
@@ -861,11 +772,12 @@ func unreachable(cfg config, out *report) {
 	pod := newPod(cfg.namespace, "llm-server-3", uidUnreachable, nil,
 		[]kubeContainer{gpuContainer("server", containerImageServer, 1024)})
 	started := time.Now()
-	response, err := webhookCheckQuota(accountingv1.NewAdmissionClient(conn), pod, 0, cfg.timeout)
-	allowed, verdict := admissionVerdict(response, err)
+	response, err := hamiaccounting.NewClient(conn, nil, nil).CheckQuota(context.Background(), pod)
+	allowed, verdict := hamiaccounting.Verdict(response, err)
 	out.addExpectingError("unreachable_check_quota", err, step{
 		"address":         cfg.unreachableAddr,
-		"attempts":        webhookAttempts,
+		"attempts":        counted.get(),
+		"policy_attempts": hamiaccounting.DefaultPolicies().For(hamiaccounting.MethodCheckQuota).Attempts,
 		"elapsed_ms":      time.Since(started).Milliseconds(),
 		"webhook_allowed": allowed,
 		"webhook_message": verdict,
