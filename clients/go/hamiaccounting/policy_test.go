@@ -106,7 +106,7 @@ func TestCallPolicyRetriesWhatIsRetryableAndNothingElse(t *testing.T) {
 		{
 			name:   "RecordPod: an attempt past its deadline is tried again",
 			method: MethodRecordPod,
-			policy: &CallPolicy{Timeout: 50 * time.Millisecond, Attempts: 3, Backoff: time.Millisecond},
+			policy: &CallPolicy{Timeout: 500 * time.Millisecond, Attempts: 3, Backoff: time.Millisecond},
 			block:  map[int]bool{1: true},
 			call: func(c *Client) error {
 				_, err := c.RecordPod(context.Background(), pod)
