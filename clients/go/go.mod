@@ -9,8 +9,9 @@ module github.com/hami-accounting/hami-accounting/clients/go
 // out, and the machines this repository is built on have no module proxy.
 go 1.16
 
-// The oldest versions the code is built and tested with (Debian 12's packages). Minimal
-// version selection gives a program that requires newer ones those instead.
+// The versions the code is built and tested with here (Debian 12's packages), so the oldest it
+// is known to work with. Minimal version selection gives a program that requires newer ones
+// those instead.
 require (
 	google.golang.org/grpc v1.33.3
 	google.golang.org/protobuf v1.28.1
