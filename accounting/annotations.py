@@ -17,6 +17,10 @@ VGPU_NODE_ANNOTATION = "hami.io/vgpu-node"
 """The chosen node; HAMi tracks a pod for accounting only once it is set."""
 VGPU_TIME_ANNOTATION = "hami.io/vgpu-time"
 """Unix seconds of the placement, as a decimal string."""
+BIND_TIME_ANNOTATION = "hami.io/bind-time"
+"""Unix seconds HAMi's Bind started, as a decimal string (its device plugin looks for it)."""
+BIND_PHASE_ANNOTATION = "hami.io/bind-phase"
+"""allocating, success or failed: written by HAMi's Bind, then by its device plugin."""
 
 # -- pod annotations a user writes: placement choices ------------------------------------------
 

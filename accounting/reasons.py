@@ -96,6 +96,12 @@ MEMORY_QUOTA_EXCEEDED = "MemoryQuotaExceeded"
 CORE_QUOTA_EXCEEDED = "CoreQuotaExceeded"
 GPU_COUNT_QUOTA_EXCEEDED = "GpuCountQuotaExceeded"
 
+# -- who may write a pod's allocation ------------------------------------------------------------
+
+SCHEDULER_OWNED_ANNOTATION = "SchedulerOwnedAnnotation"
+"""A pod created with an annotation only the scheduler writes, or changed in one by a caller
+that is not a HAMi component (accounting.owned_annotations)."""
+
 # -- Reserve -----------------------------------------------------------------------------------
 
 RESERVED = "Reserved"

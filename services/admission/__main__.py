@@ -125,7 +125,11 @@ def start(
         assert config.webhook_cert_file is not None and config.webhook_key_file is not None
         try:
             webhook = WebhookServer(
-                config.webhook_addr, config.webhook_cert_file, config.webhook_key_file, checker
+                config.webhook_addr,
+                config.webhook_cert_file,
+                config.webhook_key_file,
+                checker,
+                annotation_writers=config.annotation_writers,
             )
         except BaseException:
             handle.stop(0)
@@ -158,6 +162,10 @@ SPEC: DaemonSpec[AdmissionConfig, AdmissionDaemon] = DaemonSpec(
              {"metavar": "FILE"}),
         Flag("--webhook-key-file", "WEBHOOK_KEY_FILE", "PEM private key of the webhook",
              {"metavar": "FILE"}),
+        Flag("--annotation-writers", "ANNOTATION_WRITERS",
+             "comma-separated user names whose pod updates may change the scheduler-owned "
+             "annotations; default HAMi's scheduler and device plugin and our scheduler",
+             {"metavar": "USERS"}),
         *RECORDER_SETTING_FLAGS,
     ),
     read_config=AdmissionConfig.from_env,

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from accounting.owned_annotations import DEFAULT_ANNOTATION_WRITERS
 from services.common.config import (
     DEFAULT_USAGE_ADDR,
     CommonConfig,
@@ -54,6 +55,9 @@ class AdmissionConfig:
     """PEM serving certificate chain of the endpoint (HAMI_ACCOUNTING_WEBHOOK_CERT_FILE)."""
     webhook_key_file: Path | None = None
     """PEM private key of the endpoint (HAMI_ACCOUNTING_WEBHOOK_KEY_FILE)."""
+    annotation_writers: tuple[str, ...] = DEFAULT_ANNOTATION_WRITERS
+    """The user names (``request.userInfo.username``) whose pod UPDATEs may change the
+    scheduler-owned annotations (HAMI_ACCOUNTING_ANNOTATION_WRITERS, comma-separated)."""
 
     @property
     def webhook_enabled(self) -> bool:
@@ -89,6 +93,7 @@ class AdmissionConfig:
             problems.append(
                 f"{' and '.join(missing)} required for the AdmissionReview endpoint (HTTPS only)"
             )
+        writers = _annotation_writers(env, problems)
         raise_if_problems(problems)
         return cls(
             common=common,
@@ -97,4 +102,22 @@ class AdmissionConfig:
             webhook_addr=webhook_addr,
             webhook_cert_file=cert if webhook_addr else None,
             webhook_key_file=key if webhook_addr else None,
+            annotation_writers=writers,
         )
+
+
+def _annotation_writers(env: Mapping[str, str], problems: list[str]) -> tuple[str, ...]:
+    """HAMI_ACCOUNTING_ANNOTATION_WRITERS: comma-separated user names, each without spaces
+    (``system:serviceaccount:<namespace>:<name>`` for a service account); unset or empty, the
+    defaults."""
+    name = env_name("ANNOTATION_WRITERS")
+    text = env.get(name, "").strip()
+    if not text:
+        return DEFAULT_ANNOTATION_WRITERS
+    writers = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    bad = [writer for writer in writers if any(c.isspace() for c in writer)]
+    if bad or not writers:
+        problems.append(
+            f"{name} must be comma-separated user names without spaces, got {text[:80]!r}"
+        )
+    return writers

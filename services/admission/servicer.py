@@ -29,6 +29,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
 
+from accounting import owned_annotations
 from accounting.model import TRACEPARENT_ANNOTATION, Pod
 from accounting.pod import EffectiveRequest, effective_request, vendors_asked
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
@@ -218,6 +219,9 @@ class QuotaChecker:
         self, pod: Pod, policy: AccountingPolicy | None, via: str, min_usage_revision: int
     ) -> QuotaOutcome:
         with _pod_trace_span(self._tracer, pod, via) as span:
+            # Checked before the quota and whatever the pod asks for: the device plugin hands
+            # out what these annotations name, so a pod created with one took its own devices.
+            owned = owned_annotations.on_create(pod.annotations)
             effective = (
                 tuple(
                     effective_request(pod, vendor)
@@ -226,7 +230,11 @@ class QuotaChecker:
                 if policy is not None
                 else ()
             )
-            decision = self._decide(pod.namespace, effective, policy, min_usage_revision)
+            decision = (
+                self._decide(pod.namespace, effective, policy, min_usage_revision)
+                if owned.allowed
+                else QuotaDecision(False, owned.reason, owned.message)
+            )
             verdict = "allow" if decision.allowed else "deny"
             if span.is_recording():
                 # Only when a span records: the sums are not worth computing for none.

@@ -5,10 +5,16 @@ Layer: services/admission (adapter). ``POST /validate`` takes an ``AdmissionRevi
 ``apiVersion`` and ``kind`` set and ``response.uid`` echoing ``request.uid``. The check is the
 gRPC one (``QuotaChecker``), so both front ends decide alike:
 
+* a pod CREATE carrying an annotation only the scheduler writes (``hami.io/vgpu-node``, any
+  vendor's ``-devices-allocated``, ...): ``allowed: false``, code 403, reason
+  ``SchedulerOwnedAnnotation``, naming the annotation, before anything else;
 * a pod CREATE within quota: ``allowed: true``;
 * over quota: ``allowed: false`` with ``status {code: 403, message: <the sentence with the
   numbers>, reason: <MemoryQuotaExceeded|CoreQuotaExceeded|GpuCountQuotaExceeded>}``;
-* anything else (not a pod, a subresource, not CREATE): ``allowed: true`` unchanged;
+* a pod UPDATE that adds, rewrites or drops a scheduler-owned annotation, from a caller
+  (``request.userInfo.username``) that is not one of the configured writers: code 403,
+  ``SchedulerOwnedAnnotation``; any other pod UPDATE: ``allowed: true``, no quota check;
+* anything else (not a pod, a subresource, another operation): ``allowed: true`` unchanged;
 * a malformed pod inside a well-formed review: ``allowed: false``, code 400, naming the field;
 * the recorder unreachable: ``allowed: false``, code 503 — the webhook never allows silently;
   the API server's failurePolicy decides only when the endpoint itself cannot be reached;
@@ -44,7 +50,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from http import HTTPStatus
@@ -52,7 +58,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
 
-from accounting import kube_pod
+from accounting import kube_pod, owned_annotations
 from accounting.errors import InvalidInputError
 from services.admission import convert
 from services.admission.deadlines import ConnectionDeadlines
@@ -136,7 +142,8 @@ def parse_review(body: bytes) -> Review:
     return Review(api_version=api_version, uid=uid, request=request)
 
 
-def _is_pod_create(request: Mapping[str, Any]) -> bool:
+def _pod_operation(request: Mapping[str, Any]) -> str | None:
+    """``CREATE`` or ``UPDATE`` of a pod itself (not a subresource), else None."""
     kind = request.get("kind")
     is_pod = (
         isinstance(kind, dict)
@@ -144,7 +151,16 @@ def _is_pod_create(request: Mapping[str, Any]) -> bool:
         and kind.get("kind") == "Pod"
         and not request.get("subResource")
     )
-    return is_pod and request.get("operation") == "CREATE"
+    operation = request.get("operation")
+    return operation if is_pod and operation in ("CREATE", "UPDATE") else None
+
+
+def _annotations(obj: object) -> Mapping[str, Any]:
+    """A pod object's ``metadata.annotations`` as sent ({} when absent or not an object): only
+    the keys are looked at before the pod is read."""
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
 
 
 def _response(review: Review, allowed: bool, **fields: Any) -> dict[str, Any]:
@@ -161,17 +177,58 @@ def _denied(review: Review, code: int, reason: str, message: str) -> dict[str, A
     )
 
 
-def review_response(review: Review, checker: QuotaChecker) -> dict[str, Any]:
+def _owned_annotations_refusal(
+    review: Review, verdict: owned_annotations.AnnotationVerdict, operation: str
+) -> dict[str, Any]:
+    _LOG.warning(
+        "denying pod %s %s: %s", operation.lower(), _pod_key(review.request.get("object") or {},
+                                                             review.request.get("namespace")),
+        verdict.message, extra={"reason": verdict.reason, "annotation": verdict.annotation},
+    )
+    return _response(
+        review,
+        False,
+        status={"code": 403, "message": verdict.message, "reason": verdict.reason},
+        auditAnnotations={"reason": verdict.reason},
+    )
+
+
+def review_response(
+    review: Review,
+    checker: QuotaChecker,
+    annotation_writers: Collection[str] = owned_annotations.DEFAULT_ANNOTATION_WRITERS,
+) -> dict[str, Any]:
     """The AdmissionReview answer to ``review`` (never raises for a bad pod or a down
-    recorder: those are denials with a status code)."""
+    recorder: those are denials with a status code).
+
+    A pod CREATE carrying a scheduler-owned annotation is refused before anything else, and an
+    UPDATE that adds, rewrites or drops one is refused unless ``request.userInfo.username`` is
+    one of ``annotation_writers`` (accounting.owned_annotations); any other UPDATE is allowed
+    unchanged, with no quota check."""
     request = review.request
-    if not _is_pod_create(request):
+    operation = _pod_operation(request)
+    if operation is None:
         return _response(review, True)
     obj = request.get("object")
     if not isinstance(obj, dict):
         return _denied(
             review, 400, "BadRequest", "invalid pod: request.object must be a Pod object"
         )
+    if operation == "UPDATE":
+        user = request.get("userInfo")
+        username = user.get("username") if isinstance(user, Mapping) else None
+        verdict = owned_annotations.on_update(
+            _annotations(request.get("oldObject")),
+            _annotations(obj),
+            username if isinstance(username, str) else "",
+            annotation_writers,
+        )
+        if not verdict.allowed:
+            return _owned_annotations_refusal(review, verdict, operation)
+        return _response(review, True)
+    verdict = owned_annotations.on_create(_annotations(obj))
+    if not verdict.allowed:
+        return _owned_annotations_refusal(review, verdict, operation)
     namespace = request.get("namespace")
     try:
         outcome = checker.check_request(
@@ -337,7 +394,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.BAD_REQUEST, f"malformed AdmissionReview: {error}")
             return
         try:
-            answer = review_response(review, self.server.checker)
+            answer = review_response(
+                review, self.server.checker, self.server.annotation_writers
+            )
         except Exception:
             # A bug: deny (never allow silently) and keep the request content out of the answer.
             _LOG.exception("unhandled error in the AdmissionReview endpoint")
@@ -357,8 +416,10 @@ class _WebhookServer(ThreadingHTTPServer):
         checker: QuotaChecker,
         certificates: _CertificateFiles,
         limits: ConnectionLimits,
+        annotation_writers: Collection[str],
     ) -> None:
         self.checker = checker
+        self.annotation_writers = frozenset(annotation_writers)
         self.certificates = certificates
         self.limits = limits
         self.deadlines = ConnectionDeadlines()
@@ -451,6 +512,7 @@ class WebhookServer:
         key_file: Path,
         checker: QuotaChecker,
         limits: ConnectionLimits = ConnectionLimits(),
+        annotation_writers: Collection[str] = owned_annotations.DEFAULT_ANNOTATION_WRITERS,
     ) -> None:
         try:
             host, port = parse_host_port(addr)
@@ -466,7 +528,9 @@ class WebhookServer:
                 f"cannot load the webhook certificate {cert_file} / key {key_file}: {error}"
             ) from None
         try:
-            self._server = _WebhookServer((host, port), checker, certificates, limits)
+            self._server = _WebhookServer(
+                (host, port), checker, certificates, limits, annotation_writers
+            )
         except OSError as error:
             raise WebhookStartError(
                 f"cannot listen on {addr} for the webhook: {error.strerror or error}"

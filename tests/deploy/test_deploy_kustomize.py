@@ -415,7 +415,10 @@ def test_validating_webhook_targets_the_admission_endpoint(
     configs = [o for o in objects if o["kind"] == "ValidatingWebhookConfiguration"]
     assert [c["apiVersion"] for c in configs] == ["admissionregistration.k8s.io/v1"]
     assert not [o for o in objects if o["kind"] == "MutatingWebhookConfiguration"]
-    (webhook,) = configs[0]["webhooks"]
+    webhook, guard = configs[0]["webhooks"]
+    assert [webhook["name"], guard["name"]] == [
+        "quota.accounting.hami.io", "annotations.accounting.hami.io"
+    ]
     assert webhook["admissionReviewVersions"] == ["v1", "v1beta1"]
     assert webhook["sideEffects"] == "None"
     assert webhook["failurePolicy"] == "Fail"
@@ -438,6 +441,14 @@ def test_validating_webhook_targets_the_admission_endpoint(
     assert "caBundle" in webhook["clientConfig"]
     (condition,) = webhook["matchConditions"]
     assert "nvidia.com/" in condition["expression"]
+    # The guard of the scheduler-owned annotations: the same endpoint, CREATE and UPDATE.
+    for key in ("admissionReviewVersions", "sideEffects", "failurePolicy", "timeoutSeconds",
+                "clientConfig", "namespaceSelector"):
+        assert guard[key] == webhook[key], key
+    assert guard["rules"] == [dict(webhook["rules"][0], operations=["CREATE", "UPDATE"])]
+    assert [c["name"] for c in guard["matchConditions"]] == [
+        "create-carries-hami-annotations", "update-changes-hami-annotations"
+    ]
     if variant.namespace == NAMESPACE:
         # The webhook's own namespace is never gated (its pods must start while it is down).
         (expression,) = webhook["namespaceSelector"]["matchExpressions"]
