@@ -9,8 +9,11 @@ Layer: accounting (pure); the input is plain JSON data, never a Kubernetes clien
   units, defaults, memory templates, whole devices), so a pod sent here before or after the
   webhook reads the same.
 * Grants come from each vendor's allocation annotation (``hami.io/vgpu-devices-allocated`` for
-  NVIDIA), aligned to the containers by position; NVIDIA MIG grants get their instance from
-  ``hami.io/vgpu-mig-allocations``.
+  NVIDIA), or, where a pod carries only its to-allocate annotation (what the device plugin hands
+  out), from that, aligned to the containers by position; NVIDIA MIG grants get their instance
+  from ``hami.io/vgpu-mig-allocations``. What the recorder believes of them is
+  ``accounting.believed_grants``.
+* The node is ``spec.nodeName`` (where the pod is bound), else ``hami.io/vgpu-node``.
 
 Every problem is collected and raised as one ``InvalidInputError`` with JSON paths such as
 ``spec.initContainers[1].name`` or ``metadata.annotations["hami.io/vgpu-devices-allocated"][0][0]``.
@@ -190,8 +193,10 @@ class _Reader:
         annotations = self.annotations(metadata)
         containers = self.containers(spec, vendors, annotations)
 
-        node_name = annotations.get(VGPU_NODE_ANNOTATION) or self.string(
-            spec, "nodeName", "spec.nodeName"
+        # The node the pod is bound to: the kubelet of spec.nodeName runs it, whatever the
+        # (writable) annotation says; before binding, the node the scheduler chose.
+        node_name = self.string(spec, "nodeName", "spec.nodeName") or annotations.get(
+            VGPU_NODE_ANNOTATION, ""
         )
         return Pod(
             uid=uid,
@@ -289,10 +294,16 @@ class _Reader:
         it, whatever its TYPE field says (HAMi writes the GPU model there for AMD)."""
         merged: list[tuple[DeviceGrant, ...]] = [()] * container_count
         for spec in vendors:
-            value = annotations.get(spec.allocated_annotation)
+            key = spec.allocated_annotation
+            value = annotations.get(key)
+            if value is None and spec.to_allocate_annotation:
+                # What the device plugin hands out: a pod that carries only this still holds
+                # the devices it names.
+                key = spec.to_allocate_annotation
+                value = annotations.get(key)
             if value is None:
                 continue
-            path = f"metadata.annotations[{quote(spec.allocated_annotation)}]"
+            path = f"metadata.annotations[{quote(key)}]"
             try:
                 entries = hami_codec.decode_container_grants(
                     value, container_count, path=self.at(path), core_max=spec.core_max

@@ -548,6 +548,7 @@ class Ledger:
                     stored.init_progress,
                     stored.init_restarts,
                     stored.revision or 1,
+                    stored.reserved_grants,
                 )
             if stored.uid in pods:
                 raise ValueError(f"restore_all: pod {stored.uid} appears twice")
@@ -673,7 +674,8 @@ class Ledger:
         if devices is None:
             raise InvalidInputError.single("node_name", f"node {node_name!r} is not registered")
         self._check_grants_on_node(pod, node_name, path="container_grants")
-        usage = effective_usage(self._close_unknown_instances(pod, node_name))
+        placed = self._close_unknown_instances(pod, node_name)
+        usage = effective_usage(placed)
         refusal = self._capacity_refusal(node_name, devices, usage, previous)
         if refusal is None:
             refusal = self._mig_refusal(node_name, usage, previous)
@@ -681,7 +683,14 @@ class Ledger:
             refusal = self._quota_refusal(pod.namespace, usage, previous)
         if refusal is not None:
             return ReserveOutcome(False, refusal[0], refusal[1], previous, None)
-        stored = StoredPod(pod.uid, pod.namespace, pod.name, node_name, usage)
+        stored = StoredPod(
+            pod.uid,
+            pod.namespace,
+            pod.name,
+            node_name,
+            usage,
+            reserved_grants=tuple(container.grants for container in placed.containers),
+        )
         # Stored under a new revision even when equal to what was there: a re-filter that
         # reserves the same placement claims it, so a rival that read the old one is refused.
         change = self._apply(previous, stored, restamp=True)
@@ -942,6 +951,7 @@ def _interned(stored: StoredPod, revision: int) -> StoredPod:
         stored.init_progress,
         stored.init_restarts,
         revision,
+        stored.reserved_grants,
     )
 
 

@@ -25,6 +25,7 @@ from accounting.model import (
     ContainerClass,
     ContainerState,
     ContainerStatus,
+    DeviceGrant,
     DeviceUsage,
     Pod,
 )
@@ -80,6 +81,11 @@ class StoredPod:
     """The ledger revision of the change that stored this value (0 until the ledger stores
     it): what a re-filter's Reserve states it replaces. Not part of the value: an update that
     stores an equal value changes nothing, its revision included."""
+    reserved_grants: tuple[tuple[DeviceGrant, ...], ...] | None = None
+    """The grants per container position a ``Reserve`` stored: what this recorder placed, the
+    only grants believed for the pod from then on (its annotations are not: a later update
+    cannot move or shrink them, accounting.believed_grants). None for a pod recorded from its
+    annotations alone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +198,16 @@ def _stored(
     # The node never changes once recorded: a later update without it keeps the first one.
     node_name = pod.node_name or (previous.node_name if previous else "")
     return StoredPod(
-        pod.uid, pod.namespace, pod.name, node_name, usage, released, terminal, progress, restarts
+        pod.uid,
+        pod.namespace,
+        pod.name,
+        node_name,
+        usage,
+        released,
+        terminal,
+        progress,
+        restarts,
+        reserved_grants=previous.reserved_grants if previous else None,
     )
 
 

@@ -72,14 +72,21 @@ from pathlib import Path
 from typing import Any
 
 from accounting.lifecycle import StoredPod
-from accounting.model import Device, DeviceUsage, MigInstance, MigPlacement, MigProfile
+from accounting.model import (
+    Device,
+    DeviceGrant,
+    DeviceUsage,
+    MigInstance,
+    MigPlacement,
+    MigProfile,
+)
 from services.usage.journal_files import keep_aside, remove_sqlite_files
 from services.usage.watermark import Mark, Watermark, WatermarkError, watermark_path
 
 _LOG = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
-"""The layout this build writes; versions 1 to 3 are migrated at open, any other is refused."""
+SCHEMA_VERSION = 5
+"""The layout this build writes; versions 1 to 4 are migrated at open, any other is refused."""
 JOURNAL_FILE_NAME = "usage.sqlite3"
 SYNCHRONOUS_MODES = ("normal", "full")
 ON_DAMAGE_REFUSE = "refuse"
@@ -98,7 +105,7 @@ _SCHEMA = (
     " init_released INTEGER NOT NULL, terminal INTEGER NOT NULL,"
     " init_progress INTEGER NOT NULL DEFAULT 0, init_restarts INTEGER NOT NULL DEFAULT 0,"
     " traceparent TEXT NOT NULL DEFAULT '', revision INTEGER NOT NULL DEFAULT 0,"
-    " crc INTEGER NOT NULL DEFAULT 0)",
+    " crc INTEGER NOT NULL DEFAULT 0, grants TEXT NOT NULL DEFAULT '')",
     "CREATE TABLE IF NOT EXISTS nodes ("
     " name TEXT PRIMARY KEY, devices TEXT NOT NULL, revision INTEGER NOT NULL DEFAULT 0,"
     " crc INTEGER NOT NULL DEFAULT 0)",
@@ -113,7 +120,7 @@ _SCHEMA = (
 # The columns each table's checksum covers, in order: what _crc joins at write and at load.
 _CHECKED_COLUMNS = {
     "pods": ("uid", "namespace", "name", "node_name", "usage", "init_released", "terminal",
-             "init_progress", "init_restarts", "traceparent", "revision"),
+             "init_progress", "init_restarts", "traceparent", "revision", "grants"),
     "nodes": ("name", "devices", "revision"),
     "quotas": ("namespace", "limits", "revision"),
     "tombstones": ("uid", "reservable", "revision"),
@@ -128,6 +135,7 @@ _OLD_MISSING_COLUMNS = {
         ("traceparent", "TEXT NOT NULL DEFAULT ''"),
         ("revision", "INTEGER NOT NULL DEFAULT 0"),
         ("crc", "INTEGER NOT NULL DEFAULT 0"),
+        ("grants", "TEXT NOT NULL DEFAULT ''"),
     ),
     "nodes": (("revision", "INTEGER NOT NULL DEFAULT 0"), ("crc", "INTEGER NOT NULL DEFAULT 0")),
     "quotas": (("revision", "INTEGER NOT NULL DEFAULT 0"), ("crc", "INTEGER NOT NULL DEFAULT 0")),
@@ -136,13 +144,14 @@ _OLD_MISSING_COLUMNS = {
 
 _UPSERT_POD = (
     "INSERT INTO pods (uid, namespace, name, node_name, usage, init_released, terminal,"
-    " init_progress, init_restarts, traceparent, revision, crc)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " init_progress, init_restarts, traceparent, revision, grants, crc)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT(uid) DO UPDATE SET namespace = excluded.namespace, name = excluded.name,"
     " node_name = excluded.node_name, usage = excluded.usage,"
     " init_released = excluded.init_released, terminal = excluded.terminal,"
     " init_progress = excluded.init_progress, init_restarts = excluded.init_restarts,"
-    " traceparent = excluded.traceparent, revision = excluded.revision, crc = excluded.crc"
+    " traceparent = excluded.traceparent, revision = excluded.revision,"
+    " grants = excluded.grants, crc = excluded.crc"
 )
 # ON CONFLICT ... DO UPDATE keeps the row (and its rowid), so a re-registered node keeps its
 # place in the listing order, as it does in the ledger.
@@ -328,6 +337,46 @@ def encode_usage(usage: Iterable[DeviceUsage]) -> str:
     )
 
 
+def encode_grants(grants: tuple[tuple[DeviceGrant, ...], ...] | None) -> str:
+    """A reservation's grants per container position, ``[[[uuid, type, memory_mib,
+    core_percent, slots(, [profile, start, size])], ...], ...]``; "" for none (a pod recorded
+    from its annotations)."""
+    if grants is None:
+        return ""
+    return _COMPACT.encode([
+        [
+            [g.uuid, g.vendor, g.memory_mib, g.core_percent, g.slots]
+            + ([[g.mig.profile, g.mig.placement.start, g.mig.placement.size]] if g.mig else [])
+            for g in container
+        ]
+        for container in grants
+    ])
+
+
+def decode_grants(text: str) -> tuple[tuple[DeviceGrant, ...], ...]:
+    """The inverse of ``encode_grants`` for a non-empty text.
+
+    Raises:
+        ValueError, TypeError, KeyError: not what ``encode_grants`` writes.
+    """
+    intern = sys.intern
+    decoded = []
+    for container in json.loads(text):
+        grants = []
+        for entry in container:
+            mig = None
+            if len(entry) == 6:
+                profile, start, size = entry[5]
+                mig = MigInstance(str(profile), MigPlacement(int(start), int(size)))
+            elif len(entry) != 5:
+                raise ValueError(f"a grant has 5 or 6 fields, got {len(entry)}")
+            uuid, vendor, memory_mib, core_percent, slots = entry[:5]
+            grants.append(DeviceGrant(intern(str(uuid)), intern(str(vendor)), int(memory_mib),
+                                      int(core_percent), int(slots), mig))
+        decoded.append(tuple(grants))
+    return tuple(decoded)
+
+
 def _encode_instances(instances: tuple[MigInstance, ...]) -> str:
     if not instances:
         return ""
@@ -461,10 +510,12 @@ def _encode_limits(limits: Mapping[str, int]) -> str:
 
 def _pod_crc(v: Sequence[Any]) -> int:
     # One f-string per table: about 2.5 times faster than joining str() of each value, which
-    # counts at recovery (100,000 rows).
+    # counts at recovery (100,000 rows). A row without reserved grants sums what a version-4
+    # row summed, so those rows keep their checksums across the migration.
+    grants = f"\x1f{v[11]}" if v[11] else ""
     return zlib.crc32(
         f"{v[0]}\x1f{v[1]}\x1f{v[2]}\x1f{v[3]}\x1f{v[4]}\x1f{v[5]}\x1f{v[6]}\x1f{v[7]}\x1f{v[8]}"
-        f"\x1f{v[9]}\x1f{v[10]}".encode()
+        f"\x1f{v[9]}\x1f{v[10]}{grants}".encode()
     )
 
 
@@ -480,7 +531,8 @@ them back, text as str and integers as int, joined by the unit separator."""
 def _pod_values(stored: StoredPod, traceparent: str, revision: int) -> tuple[object, ...]:
     s = stored
     return (s.uid, s.namespace, s.name, s.node_name, encode_usage(s.usage), int(s.init_released),
-            int(s.terminal), s.init_progress, s.init_restarts, traceparent, revision)
+            int(s.terminal), s.init_progress, s.init_restarts, traceparent, revision,
+            encode_grants(s.reserved_grants))
 
 
 def _new_journal_id() -> int:
@@ -577,7 +629,7 @@ class Journal:
             if row is None:
                 self._db.execute(_SET_META, ("schema_version", SCHEMA_VERSION))
                 self._db.execute(_SET_META, ("revision", 0))
-            elif row[0] in (1, 2, 3):
+            elif row[0] in (1, 2, 3, 4):
                 self._migrate(row[0])
             elif row[0] != SCHEMA_VERSION:
                 raise JournalSchemaError(
@@ -600,8 +652,9 @@ class Journal:
             raise
 
     def _migrate(self, version: int) -> None:
-        """Brings a version-1, -2 or -3 file to version 4 inside the open transaction (a
-        version-3 file's rows are valid version-4 rows: only the stamp changes).
+        """Brings a version-1 to -4 file to version 5 inside the open transaction (a version-3
+        or -4 file's rows are valid version-5 rows once the pods' ``grants`` column is added,
+        empty: its checksums hold as they are).
 
         Version 1 wrote the revision into ``meta`` on every commit, so that row stays the
         revision until newer rows carry higher ones; the added revision columns start at 0.
@@ -609,7 +662,10 @@ class Journal:
         row gets its checksum; the journal id is added by the caller.
         """
         assert self._db is not None
-        if version == 3:
+        if version in (3, 4):
+            present = {row[1] for row in self._db.execute("PRAGMA table_info(pods)")}
+            if "grants" not in present:
+                self._db.execute("ALTER TABLE pods ADD COLUMN grants TEXT NOT NULL DEFAULT ''")
             self._db.execute(_SET_META, ("schema_version", SCHEMA_VERSION))
             return
         for table, missing in _OLD_MISSING_COLUMNS.items():
@@ -1115,17 +1171,19 @@ class _Loader:
         pods = []
         traceparents: dict[str, str] = {}
         for (uid, namespace, name, node_name, usage_text, released, terminal, progress,
-             restarts, traceparent, row_revision, _, rowid) in self._rows("pods"):
+             restarts, traceparent, row_revision, grants_text, _, rowid) in self._rows("pods"):
             try:
                 usage = decode(usage_text)
-            except (ValueError, TypeError):
+                grants = decode_grants(grants_text) if grants_text else None
+            except (ValueError, TypeError, KeyError):
                 self.damaged.append((f"pod {uid} (undecodable usage)", "pods", rowid))
                 continue
             pods.append(
                 # A row from before revisions (0) reads as 1: never 0 (nothing stored), and
                 # never a revision a later change can take.
                 StoredPod(uid, intern(namespace), name, intern(node_name), usage,
-                          bool(released), bool(terminal), progress, restarts, row_revision or 1)
+                          bool(released), bool(terminal), progress, restarts, row_revision or 1,
+                          grants)
             )
             if traceparent:
                 traceparents[uid] = traceparent

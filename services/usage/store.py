@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import prometheus_client
 from opentelemetry import trace
 
+from accounting.believed_grants import believe
 from accounting.errors import InvalidInputError, Violations
 from accounting.ledger import (
     Ledger,
@@ -252,9 +253,24 @@ class UsageStore:
         with telemetry.pod_span(self._tracer, "usage.record", pod) as span:
             with self._lock:
                 revision = self._ledger.revision
-                outcome = self._ledger.record(pod)
+                ledger = self._ledger
+                # Never the grants as sent: our own reservation's, else raised to the request.
+                belief = believe(
+                    pod,
+                    ledger.pod(pod.uid),
+                    ledger.node_devices(pod.node_name),
+                    ledger.policy.specs,
+                )
+                outcome = ledger.record(belief.pod)
                 if outcome.change.changed or outcome.change.tombstone is not None:
                     self._commit_pod_change(outcome.change, revision, _traceparent(pod))
+            if belief.distrusted:
+                telemetry.set_attributes(span, {"distrusted": list(belief.distrusted)})
+                _LOG.warning(
+                    "pod %s: allocation not taken as sent", pod.key,
+                    extra={"pod_uid": pod.uid, "distrusted": list(belief.distrusted),
+                           "decision": outcome.decision.value},
+                )
             # Building the attributes costs on every call; a no-op span drops them anyway.
             if span.is_recording():
                 if outcome.decision in (Decision.SHRUNK, Decision.PARTIALLY_RELEASED):

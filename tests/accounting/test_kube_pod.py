@@ -553,12 +553,14 @@ def test_a_gpu_less_init_container_keeps_its_position() -> None:
 @pytest.mark.parametrize(
     ("annotations", "node_name", "want"),
     [
-        ({"hami.io/vgpu-node": "gpu-node-1"}, "gpu-node-2", "gpu-node-1"),
+        ({"hami.io/vgpu-node": "gpu-node-1"}, "gpu-node-2", "gpu-node-2"),
+        ({"hami.io/vgpu-node": "gpu-node-1"}, None, "gpu-node-1"),
         ({}, "gpu-node-2", "gpu-node-2"),
         ({}, None, ""),
     ],
     ids=[
-        "the node HAMi chose wins over spec.nodeName",
+        "the node the pod is bound to wins over the annotation (HAMi: the annotation)",
+        "the node HAMi chose before the pod is bound",
         "spec.nodeName when HAMi has not placed the pod",
         "no node before scheduling",
     ],

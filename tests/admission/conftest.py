@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -12,6 +13,7 @@ from admission_support import (
     StartAdmission,
     StartRecorder,
     make_serving_certificate,
+    post,
 )
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -130,3 +132,25 @@ def admission_channel(admission: AdmissionDaemon) -> Iterator[grpc.Channel]:
 @pytest.fixture(scope="session")
 def serving_certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return make_serving_certificate(tmp_path_factory.mktemp("webhook-tls"))
+
+
+@pytest.fixture
+def webhook(
+    start_admission_daemon: StartAdmission, serving_certificate: tuple[Path, Path]
+) -> AdmissionDaemon:
+    cert, key = serving_certificate
+    return start_admission_daemon(
+        webhook_addr="127.0.0.1:0", webhook_cert_file=str(cert), webhook_key_file=str(key)
+    )
+
+
+@pytest.fixture
+def send(webhook: AdmissionDaemon, serving_certificate: tuple[Path, Path]) -> Any:
+    """POSTs a review (dict or bytes) to ``webhook``, verifying it against its certificate."""
+    assert webhook.webhook is not None
+    url = webhook.webhook.url
+
+    def send_review(body: bytes | dict[str, Any], **options: Any) -> Any:
+        return post(url, serving_certificate[0], body, **options)
+
+    return send_review

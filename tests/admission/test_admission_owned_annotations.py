@@ -26,7 +26,6 @@ from admission_support import (
 
 from accounting import kube_pod as kube_pod_parser
 from accounting.vendors import ALL_VENDORS
-from services.admission.__main__ import AdmissionDaemon
 from services.admission.config import AdmissionConfig
 from services.common.config import ConfigError
 from tests.support.owned_annotation_cases import (
@@ -37,23 +36,6 @@ from tests.support.owned_annotation_cases import (
     CreateCase,
     UpdateCase,
 )
-
-
-@pytest.fixture
-def webhook(
-    start_admission_daemon: StartAdmission, serving_certificate: tuple[Path, Path]
-) -> AdmissionDaemon:
-    cert, key = serving_certificate
-    return start_admission_daemon(
-        webhook_addr="127.0.0.1:0", webhook_cert_file=str(cert), webhook_key_file=str(key)
-    )
-
-
-@pytest.fixture
-def send(webhook: AdmissionDaemon, serving_certificate: tuple[Path, Path]) -> Any:
-    assert webhook.webhook is not None
-    url = webhook.webhook.url
-    return lambda body: post(url, serving_certificate[0], body)
 
 
 def _pod(namespace: str, annotations: dict[str, str], scheduler: str | None = None) -> Any:

@@ -32,27 +32,6 @@ from services.admission.webhook import MAX_BODY_BYTES, WebhookStartError
 VERSIONS = ["v1", "v1beta1"]
 
 
-@pytest.fixture
-def webhook(
-    start_admission_daemon: StartAdmission, serving_certificate: tuple[Path, Path]
-) -> AdmissionDaemon:
-    cert, key = serving_certificate
-    return start_admission_daemon(
-        webhook_addr="127.0.0.1:0", webhook_cert_file=str(cert), webhook_key_file=str(key)
-    )
-
-
-@pytest.fixture
-def send(webhook: AdmissionDaemon, serving_certificate: tuple[Path, Path]) -> Any:
-    assert webhook.webhook is not None
-    url = webhook.webhook.url
-
-    def send_review(body: bytes | dict[str, Any], **options: Any) -> Any:
-        return post(url, serving_certificate[0], body, **options)
-
-    return send_review
-
-
 def seed_case_1(namespace: str, **options: Any) -> dict[str, Any]:
     return kube_pod("llm", namespace, init=[container("convert-weights", 30720)],
                     apps=[container("server", 4096)], **options)

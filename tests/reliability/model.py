@@ -130,7 +130,9 @@ def _grants(choose: Chooser, uuids: Sequence[str]) -> tuple[GrantSpec, ...]:
     return tuple(
         GrantSpec(
             uuids[(first + offset) % len(uuids)],
-            memory_mib=choose.integer(0, 12) * 1024,
+            # At least 1 GiB: a container asks in MiB for what it is given (what HAMi grants),
+            # and nothing asks for 0 MiB (the recorder charges at least the request).
+            memory_mib=choose.integer(1, 12) * 1024,
             core_percent=choose.integer(0, 10) * 10,
             slots=choose.integer(0, 2),
         )
@@ -485,7 +487,9 @@ def _container_json(container: ContainerSpec, env: Mapping[str, str]) -> dict[st
     if container.grants:
         body["resources"] = {"limits": {
             "nvidia.com/gpu": str(len(container.grants)),
-            "nvidia.com/gpumem": str(max(g.memory_mib for g in container.grants) or 1024),
+            # Per device: what the smallest of its grants gives, so every grant holds at least
+            # the request, as an honest pod's do.
+            "nvidia.com/gpumem": str(min(g.memory_mib for g in container.grants)),
         }}
     if container.kind == SIDECAR:
         body["restartPolicy"] = "Always"

@@ -26,6 +26,7 @@ from accounting.ledger import Ledger
 from accounting.lifecycle import StoredPod
 from accounting.model import (
     Device,
+    DeviceGrant,
     DeviceUsage,
     MigInstance,
     MigPlacement,
@@ -191,19 +192,53 @@ def test_mig_instances_and_vendor_facts_survive_a_restart(tmp_path: Path) -> Non
     assert dict(state.nodes)[NODE] == (MIG_CARD,)
 
 
-def test_a_version_3_journal_is_read_and_stamped_version_4(tmp_path: Path) -> None:
-    """A version-3 file's rows are valid version-4 rows: nothing but the stamp changes."""
+@pytest.mark.parametrize("version", [3, 4])
+def test_a_version_3_or_4_journal_is_read_and_stamped_version_5(
+    tmp_path: Path, version: int
+) -> None:
+    """A version-3 or -4 file's rows are valid version-5 rows once the pods' grants column is
+    added (empty): their checksums hold, nothing else changes."""
     path = tmp_path / "usage.sqlite3"
     stored = StoredPod("uid-a", NS, "a", NODE, (DeviceUsage("g0", "NVIDIA", 1024, 10, 1),))
     journal = Journal(path)
     journal.commit([PutNode(NODE, (device("g0"),)), PutPod(stored)], 1)
     journal.close()
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE meta SET value = 3 WHERE key = 'schema_version'")
-    assert Journal(path).load().pods == (stored,)
+        # The layout those versions wrote: no grants column.
+        db.execute("ALTER TABLE pods DROP COLUMN grants")
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version,))
+    state = Journal(path).load()
+    assert state.pods == (stored,)
+    assert state.damage is None
     with sqlite3.connect(path) as db:
-        version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    assert version == (4,)
+        found = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        columns = {row[1] for row in db.execute("PRAGMA table_info(pods)")}
+    assert found == (5,)
+    assert "grants" in columns
+
+
+def test_a_reservations_grants_survive_the_journal(tmp_path: Path) -> None:
+    """What a Reserve stored per container position, MIG instance included, reads back as
+    written; a row with them is checked like any other."""
+    path = tmp_path / "usage.sqlite3"
+    instance = MigInstance("1g.5gb", MigPlacement(6, 1))
+    grants = (
+        (DeviceGrant("g0", "NVIDIA", 20000, 30, 2),),
+        (),
+        (DeviceGrant("g0", "NVIDIA", 1024, 0), DeviceGrant("m0", "NVIDIA", 5120, 14, 1, instance)),
+    )
+    stored = StoredPod("uid-r", NS, "r", NODE, (DeviceUsage("g0", "NVIDIA", 20000, 30, 2),),
+                       reserved_grants=grants)
+    journal = Journal(path)
+    journal.commit([PutPod(stored)], 1)
+    journal.close()
+    (loaded,) = Journal(path).load().pods
+    assert loaded == stored and loaded.reserved_grants == grants
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE pods SET grants = replace(grants, '20000', '1')")
+    damaged = Journal(path).load()
+    assert damaged.pods == ()
+    assert damaged.damage is not None and "pod uid-r" in damaged.damage.damaged_rows
 
 
 def test_a_file_that_is_not_a_journal_loads_as_unreadable_damage(tmp_path: Path) -> None:
