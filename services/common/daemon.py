@@ -37,7 +37,12 @@ from services.common.config import (
 )
 from services.common.logging import configure_logging
 from services.common.metrics import MetricsError, start_metrics_server
-from services.common.server import DaemonServer, ServerStartError, run_until_signalled
+from services.common.server import (
+    DaemonServer,
+    ServerStartError,
+    StopSignals,
+    run_until_signalled,
+)
 
 EXIT_SERVED = 0
 EXIT_CANNOT_START = 1
@@ -170,16 +175,21 @@ def run(spec: DaemonSpec[C, D], argv: Sequence[str] | None = None) -> int:
     configure_logging(spec.name, config.common.log_level)
     tracer_provider = telemetry.tracer_provider_from_env(spec.name)
     expected: tuple[type[Exception], ...] = (MetricsError, ServerStartError, *spec.start_errors)
+    # Before the start: the daemon reports SERVING while its start may still run, and a
+    # SIGTERM in that window must stop it gracefully, not kill it.
+    signals = StopSignals()
     try:
         start_metrics_server(config.common.metrics_addr)
         daemon = spec.start(config, tracer_provider)
     except expected as error:
+        signals.restore()
         log.error("cannot start the %s daemon: %s", spec.name, error)
         telemetry.shutdown(tracer_provider)
         return next(
             (code for kind, code in spec.exit_codes if isinstance(error, kind)), EXIT_CANNOT_START
         )
     except Exception as error:
+        signals.restore()
         # A bad environment the daemon has no word for (a kubeconfig that does not load):
         # still a clean exit, with the stack for whoever debugs it.
         log.error("cannot start the %s daemon: %s", spec.name, error, exc_info=True)
@@ -190,5 +200,5 @@ def run(spec: DaemonSpec[C, D], argv: Sequence[str] | None = None) -> int:
         spec.name,
         extra={"target": daemon.target, **spec.serving_fields(config, daemon)},
     )
-    run_until_signalled(daemon.handle, on_stop=daemon.shutdown_background)
+    run_until_signalled(daemon.handle, on_stop=daemon.shutdown_background, signals=signals)
     return EXIT_SERVED
