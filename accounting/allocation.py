@@ -205,7 +205,7 @@ def _enflame(
         device = devices[first.uuid]
         slices = max(first.slots, 1)
         name = f"{slices}g.{first.memory_mib // 1024}gb"
-        profiles = json.loads(device.info("profiles") or "{}")
+        profiles = hami_codec.custom_info_profiles(device.info("profiles"))
         container_name = names[position] if position < len(names) else f"container-{position}"
         assigned[container_name] = {"allocated": False, "request": slices,
                                     "profileID": str(profiles.get(name, "")), "profileName": name}

@@ -18,11 +18,11 @@ raise one ``InvalidInputError`` whose paths point into the annotation, e.g.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
-from accounting import mig
+from accounting import mig, numbers
 from accounting.annotations import (
     DEVICES_ALLOCATED_ANNOTATION,
     NODE_REGISTER_ANNOTATION,
@@ -35,6 +35,9 @@ from accounting.validate import (
     MAX_DEVICES_PER_NODE,
     MAX_GRANT_SLOTS,
     bounded_json_array,
+    check_device_id,
+    check_integer_text,
+    check_json_integer,
     check_wire_text,
     json_kind,
     quote,
@@ -44,8 +47,6 @@ from accounting.vendors import NVIDIA
 _ALLOCATED_PATH = f'annotations["{DEVICES_ALLOCATED_ANNOTATION}"]'
 _REGISTER_PATH = f'annotations["{NODE_REGISTER_ANNOTATION}"]'
 _GRANT_SHAPE = "UUID,TYPE,MEMORY_MIB,CORE_PERCENT[,SLOTS]"
-# Go's strconv.ParseInt(s, 10, 32): optional sign, ASCII digits, nothing else (no spaces).
-_GO_DECIMAL = re.compile(r"[+-]?[0-9]+")
 
 PodDevices = tuple[tuple[DeviceGrant, ...], ...]
 """Grants per container position."""
@@ -136,6 +137,16 @@ def decode_container_grants(
     return aligned + ((),) * (container_count - len(aligned))
 
 
+def grant_places(value: str) -> tuple[tuple[int, ...], ...]:
+    """Where each grant of a vgpu-devices-allocated value is written: per ``;`` position, the
+    index of each non-empty ``:`` piece (empty pieces are skipped but keep their index), the
+    ``[position][index]`` of the decoders' paths."""
+    return tuple(
+        tuple(index for index, item in enumerate(piece.split(":")) if item)
+        for piece in value.split(";")
+    )
+
+
 def _decode_entries(
     value: str, path: str, found: Violations, core_max: int = 100
 ) -> PodDevices:
@@ -161,30 +172,23 @@ def _decode_grant(
         return None
     uuid, vendor = fields[0], fields[1]
     problems_before = len(found)
-    if not uuid:
-        found.add(f"{path}.uuid", "must not be empty")
-    memory_mib = _wire_int(fields[2], f"{path}.memory_mib", found)
+    # Splitting took the separators out already: only emptiness and length are left to check.
+    check_device_id(found, path, "uuid", uuid)
+    memory_mib = check_integer_text(found, f"{path}.memory_mib", fields[2])
     # Percent for most vendors; compute units (AMD) and core masks (AWS Neuron) go higher.
-    core_percent = _wire_int(fields[3], f"{path}.core_percent", found, high=core_max or INT32_MAX)
+    core_percent = check_integer_text(
+        found, f"{path}.core_percent", fields[3], high=core_max or INT32_MAX
+    )
     slots = (
-        _wire_int(fields[4], f"{path}.slots", found, high=MAX_GRANT_SLOTS)
+        check_integer_text(found, f"{path}.slots", fields[4], high=MAX_GRANT_SLOTS)
         if len(fields) == 5
         else 0
     )
+    if memory_mib is None or core_percent is None or slots is None:
+        return None
     if len(found) != problems_before:
         return None
     return DeviceGrant(uuid, vendor, memory_mib, core_percent, slots)
-
-
-def _wire_int(text: str, path: str, found: Violations, high: int = INT32_MAX) -> int:
-    if _GO_DECIMAL.fullmatch(text) is None:
-        found.add(path, f"must be an integer between 0 and {high}, got {quote(text)}")
-        return 0
-    number = int(text)
-    if not 0 <= number <= high:
-        found.add(path, f"must be between 0 and {high}, got {number}")
-        return 0
-    return number
 
 
 def decode_node_register(
@@ -206,7 +210,7 @@ def decode_node_register(
             integer``.
     """
     try:
-        document: object = json.loads(value)
+        document: object = numbers.json_loads(value)
     except ValueError as error:
         raise InvalidInputError.single(path, _json_error_message(value, error)) from None
     except RecursionError:
@@ -254,7 +258,7 @@ def _decode_device(element: object, path: str, found: Violations, vendor: str) -
     before = len(found)
     uuid = _json_str(element, "id", path, found)
     if isinstance(element.get("id", ""), str):
-        check_wire_text(found, path, "id", uuid, required=True)
+        check_device_id(found, path, "id", uuid)
     device = Device(
         uuid=uuid,
         model=_json_str(element, "type", path, found),
@@ -284,10 +288,32 @@ def decode_custom_info(value: object, path: str, found: Violations) -> tuple[tup
     for key, item in value.items():
         if isinstance(item, str):
             pairs.append((key, item))
+        elif isinstance(item, Decimal):
+            # Read exactly (accounting.numbers.json_loads): kept as written, not as a float.
+            pairs.append((key, str(item)))
         elif isinstance(item, bool | int | float) or item is None:
             pairs.append((key, json.dumps(item)))
         # Nested objects and arrays mean nothing to the accounting: left out.
     return tuple(sorted(pairs))
+
+
+def custom_info_int(text: str | None) -> int:
+    """A number of a device's ``custom_info`` the way HAMi's ``readCustomInfoInt`` reads it:
+    0 when absent or when it does not read (a typed inventory may come from any client)."""
+    return numbers.decimal_integer((text or "").strip()) or 0
+
+
+def custom_info_profiles(text: str | None) -> dict[str, str]:
+    """The DRS profiles of a device's ``custom_info`` (JSON: name -> profile id), the way
+    HAMi's ``parseProfilesFromCustomInfo`` reads them: anything but an object gives none, and
+    an id that is not a string is left out."""
+    try:
+        listed = numbers.json_loads(text or "{}")
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(listed, dict):
+        return {}
+    return {name: profile_id for name, profile_id in listed.items() if isinstance(profile_id, str)}
 
 
 _LEGACY_SHAPE = "id,count,devmem,devcore,type,numa,health[,index,mode]"
@@ -323,19 +349,23 @@ def decode_legacy_register(value: str, *, path: str, vendor: str) -> tuple[Devic
             continue
         before = len(found)
         uuid = fields[0]
-        check_wire_text(found, piece_path, "id", uuid, required=True)
-        numbers = [
-            _wire_int(text, f"{piece_path}.{name}", found)
+        check_device_id(found, piece_path, "id", uuid)
+        totals = [
+            check_integer_text(found, f"{piece_path}.{name}", text)
             for text, name in zip(fields[1:4], ("count", "devmem", "devcore"), strict=True)
         ]
-        numa = _legacy_int(fields[5], f"{piece_path}.numa", found)
+        numa = check_integer_text(found, f"{piece_path}.numa", fields[5], low=INT32_MIN)
         health = fields[6].strip().lower()
         if health not in ("true", "false"):
             found.add(f"{piece_path}.health", f"must be true or false, got {quote(fields[6])}")
-        device_index = _wire_int(fields[7], f"{piece_path}.index", found) if len(fields) == 9 else 0
+        device_index = (
+            check_integer_text(found, f"{piece_path}.index", fields[7]) if len(fields) == 9 else 0
+        )
         mode = (fields[8] if len(fields) == 9 else "") or DEFAULT_DEVICE_MODE
         if len(found) != before:
             continue
+        assert numa is not None and device_index is not None
+        slots_total, memory_total_mib, core_percent_total = (n or 0 for n in totals)
         first = first_index.setdefault(uuid, index)
         if first != index:
             found.add(
@@ -347,9 +377,9 @@ def decode_legacy_register(value: str, *, path: str, vendor: str) -> tuple[Devic
                 uuid=uuid,
                 model=fields[4],
                 index=device_index,
-                slots_total=numbers[0],
-                memory_total_mib=numbers[1],
-                core_percent_total=numbers[2],
+                slots_total=slots_total,
+                memory_total_mib=memory_total_mib,
+                core_percent_total=core_percent_total,
                 numa=numa,
                 mode=mode,
                 healthy=health == "true",
@@ -360,25 +390,13 @@ def decode_legacy_register(value: str, *, path: str, vendor: str) -> tuple[Devic
     return tuple(devices)
 
 
-def _legacy_int(text: str, path: str, found: Violations) -> int:
-    if _GO_DECIMAL.fullmatch(text) is None or not INT32_MIN <= int(text) <= INT32_MAX:
-        found.add(path, f"must be an integer, got {quote(text)}")
-        return 0
-    return int(text)
-
-
 def _json_int(
     element: Mapping[str, Any], key: str, path: str, found: Violations, low: int = 0
 ) -> int:
     value = element.get(key)
     if value is None:
         return 0
-    # JSON true is a Python int; Go's decoder refuses it for an integer field, and so do we.
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= INT32_MAX:
-        kind = "a non-negative integer" if low == 0 else "an integer"
-        found.add(f"{path}.{key}", f"must be {kind} up to {INT32_MAX}, got {json.dumps(value)}")
-        return 0
-    return value
+    return check_json_integer(found, f"{path}.{key}", value, low=low) or 0
 
 
 def _json_str(element: Mapping[str, Any], key: str, path: str, found: Violations) -> str:

@@ -16,13 +16,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from accounting import hami_codec, quantity
+from accounting import hami_codec, numbers, quantity
 from accounting.errors import InvalidInputError, Violations
 from accounting.model import Device
 from accounting.validate import (
     INT32_MAX,
     MAX_DEVICES_PER_NODE,
+    MAX_NODE_NAME_CHARS,
+    WIRE_SEPARATORS,
     bounded_json_array,
+    check_device_id,
+    check_integer_text,
+    check_json_integer,
     json_kind,
     json_object,
     quote,
@@ -82,6 +87,11 @@ def parse_node(
     name = metadata.get("name")
     if not isinstance(name, str) or not name:
         found.add(f"{prefix}metadata.name", "must be a non-empty string")
+        name = ""
+    elif len(name) > MAX_NODE_NAME_CHARS:
+        # Device ids are made from it (capacity vendors, Enflame DRS).
+        found.add(f"{prefix}metadata.name",
+                  f"at most {MAX_NODE_NAME_CHARS} characters, got {len(name)} characters")
         name = ""
     annotations = metadata.get("annotations")
     if annotations is not None and not isinstance(annotations, dict):
@@ -195,7 +205,7 @@ def _vendor_devices(
     if source is DeviceSource.METAX_SGPU:
         return _metax_devices(spec, value, path)
     if source is DeviceSource.ENFLAME_DRS:
-        return _enflame_devices(spec, value, node_name, path)
+        return _enflame_devices(spec, value, node_name, path, prefix)
     devices = hami_codec.decode_node_register(value, path=path, vendor=spec.vendor)
     if spec.rule == "ascend":
         soft_split = annotations.get(ASCEND_SOFT_SPLIT_ANNOTATION) == "true"
@@ -222,12 +232,26 @@ def _capacity_count(
         value = quantity.parse_quantity(capacity[resource])
     except quantity.QuantityError as error:
         raise InvalidInputError.single(path, str(error)) from None
-    if not quantity.is_whole(value) or not 0 <= value <= INT32_MAX:
+    count = numbers.whole_decimal(value, 0, INT32_MAX)
+    if count is None:
         raise InvalidInputError.single(
             path, f"must be a whole number between 0 and {INT32_MAX}, got "
                   f"{quantity.describe(value)}"
         )
-    return int(value)
+    return count
+
+
+def _check_id_maker(node_name: str, prefix: str) -> None:
+    """Device ids ``<node>-<word>-<i>`` are made from the node's name: it must not hold what
+    separates them in the allocation annotations (its length is bounded already)."""
+    found = Violations()
+    check_device_id(found, f"{prefix}metadata", "name", node_name)
+    if found:
+        raise InvalidInputError.single(
+            f"{prefix}metadata.name",
+            f"device ids are made from it, so it must not contain any of {WIRE_SEPARATORS!r}, "
+            f"got {quote(node_name)}",
+        )
 
 
 def _capacity_devices(
@@ -243,6 +267,7 @@ def _capacity_devices(
     units = _capacity_count(capacity, rule.count_resource, prefix)
     if not units:
         return ()
+    _check_id_maker(node_name, prefix)
     count = -(-units // rule.units_per_device)
     if count > MAX_DEVICES_PER_NODE:
         raise InvalidInputError.single(
@@ -287,6 +312,7 @@ def _metax_devices(spec: VendorSpec, value: str, path: str) -> tuple[Device, ...
     document = _json_array(value, path)
     found = Violations()
     devices: list[Device] = []
+    first_index: dict[str, int] = {}
     for index, element in enumerate(document):
         entry = f"{path}[{index}]"
         if not isinstance(element, dict):
@@ -297,8 +323,10 @@ def _metax_devices(spec: VendorSpec, value: str, path: str) -> tuple[Device, ...
         uuid = fields.get("uuid")
         if not isinstance(uuid, str) or not uuid:
             found.add(f"{entry}.uuid", "must be a non-empty string")
-        numbers = [
-            _field_int(fields, key, f"{entry}.{wire}", found)
+        else:
+            check_device_id(found, entry, "uuid", uuid)
+        totals = [
+            check_json_integer(found, f"{entry}.{wire}", fields.get(key, 0))
             for key, wire in (
                 ("totaldevcount", "totalDevCount"),
                 ("totalvram", "totalVRam"),
@@ -315,20 +343,25 @@ def _metax_devices(spec: VendorSpec, value: str, path: str) -> tuple[Device, ...
         if len(found) != before:
             continue
         assert isinstance(uuid, str)
+        first = first_index.setdefault(uuid, index)
+        if first != index:
+            found.add(f"{entry}.uuid", f"duplicate device uuid {quote(uuid)}, also {path}[{first}]")
+            continue
+        slots, memory_mib, cores, numa, link_zone = (number or 0 for number in totals)
         devices.append(
             Device(
                 uuid=uuid,
                 model=spec.vendor,
                 index=index,
-                slots_total=numbers[0],
-                memory_total_mib=numbers[1],
-                core_percent_total=numbers[2],
-                numa=numbers[3],
+                slots_total=slots,
+                memory_total_mib=memory_mib,
+                core_percent_total=cores,
+                numa=numa,
                 mode="",
                 healthy=bool(healthy),
                 vendor=spec.vendor,
                 custom_info=(
-                    ("LinkZone", str(numbers[4])),
+                    ("LinkZone", str(link_zone)),
                     ("Model", model if isinstance(model, str) else ""),
                     ("QosPolicy", qos if isinstance(qos, str) else ""),
                 ),
@@ -339,13 +372,13 @@ def _metax_devices(spec: VendorSpec, value: str, path: str) -> tuple[Device, ...
 
 
 def _enflame_devices(
-    spec: VendorSpec, value: str, node_name: str, path: str
+    spec: VendorSpec, value: str, node_name: str, path: str, prefix: str
 ) -> tuple[Device, ...]:
     """Enflame's ``enflame.com/gcu-drs-capacity``: ``{"devices": [{"index", "minor",
     "capacity"}], "profiles": {"<slices>g.<GB>gb": "<id>"}}``; each device offers every
     profile, with ``capacity`` slices and the largest profile's memory."""
     try:
-        document = json.loads(value)
+        document = numbers.json_loads(value)
     except (ValueError, RecursionError):
         raise InvalidInputError.single(path, "must be a JSON object with devices and profiles") \
             from None
@@ -354,35 +387,57 @@ def _enflame_devices(
     profiles = document.get("profiles")
     if not isinstance(profiles, dict):
         raise InvalidInputError.single(f"{path}.profiles", "must be an object of profiles")
-    shapes = [_DRS_PROFILE.fullmatch(str(name)) for name in profiles]
-    slices = [int(m.group(1)) for m in shapes if m]
-    gigabytes = [int(m.group(2)) for m in shapes if m]
+    found = Violations()
+    shapes = _drs_shapes(profiles, f"{path}.profiles", found)
+    found.raise_if_any()
+    slices = [size for size, _ in shapes]
+    gigabytes = [memory_gb for _, memory_gb in shapes]
     if not slices or max(slices) <= 0:
         raise InvalidInputError.single(f"{path}.profiles", "no valid <slices>g.<GB>gb profile")
     max_gb = max(gigabytes) or max(slices)
+    if max_gb > _MAX_DRS_GB:
+        raise InvalidInputError.single(
+            f"{path}.profiles", f"a device of {max_gb} GB is more than a device may hold "
+                                f"(at most {_MAX_DRS_GB} GB, {INT32_MAX} MiB)"
+        )
     entries = document.get("devices")
     if not isinstance(entries, list):
         raise InvalidInputError.single(f"{path}.devices", "must be an array of devices")
-    found = Violations()
+    if len(entries) > MAX_DEVICES_PER_NODE:
+        raise InvalidInputError.single(
+            f"{path}.devices", f"at most {MAX_DEVICES_PER_NODE} devices, got {len(entries)}"
+        )
     devices: list[Device] = []
+    first_position: dict[int, int] = {}
     encoded_profiles = json.dumps(
         {str(k): str(v) for k, v in sorted(profiles.items())}, separators=(",", ":")
     )
+    if entries:
+        _check_id_maker(node_name, prefix)
     for position, entry in enumerate(entries):
         entry_path = f"{path}.devices[{position}]"
         if not isinstance(entry, dict):
             found.add(entry_path, f"must be an object, got {json_kind(entry)}")
             continue
         raw_index = entry.get("index")
-        index = int(raw_index) if isinstance(raw_index, str) and raw_index.isdigit() else position
+        # HAMi's strconv.Atoi: an index that does not read is the device's position.
+        written = numbers.decimal_integer(raw_index) if isinstance(raw_index, str) else None
+        index = position if written is None else written
+        if not 0 <= index <= INT32_MAX:
+            found.add(f"{entry_path}.index", f"must be between 0 and {INT32_MAX}, got {index}")
+            continue
         capacity = entry.get("capacity")
-        if isinstance(capacity, str) and capacity.isdigit():
-            capacity = int(capacity)
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or not (
-            0 < capacity <= INT32_MAX
-        ):
-            found.add(f"{entry_path}.capacity", f"must be a positive number of slices, got "
-                                                f"{json.dumps(capacity)}")
+        if isinstance(capacity, str):
+            capacity = check_integer_text(found, f"{entry_path}.capacity", capacity, low=1)
+            if capacity is None:
+                continue
+        elif check_json_integer(found, f"{entry_path}.capacity", capacity, low=1) is None:
+            continue
+        assert isinstance(capacity, int)
+        first = first_position.setdefault(index, position)
+        if first != position:
+            found.add(f"{entry_path}.index",
+                      f"duplicate device index {index}, also {path}.devices[{first}]")
             continue
         devices.append(
             Device(
@@ -404,9 +459,30 @@ def _enflame_devices(
     return tuple(devices)
 
 
+_MAX_DRS_GB = INT32_MAX // 1024
+"""The most GB a DRS profile may give a device: its memory in MiB is an int32."""
+
+
+def _drs_shapes(
+    profiles: Mapping[str, Any], path: str, found: Violations
+) -> list[tuple[int, int]]:
+    """(slices, GB) of every profile named ``<slices>g.<GB>gb``; other names are skipped, as
+    HAMi's ``parseProfile`` reads them as nothing, and numbers beyond int32 are refused."""
+    shapes: list[tuple[int, int]] = []
+    for name in profiles:
+        shape = _DRS_PROFILE.fullmatch(str(name))
+        if shape is None:
+            continue
+        size = check_integer_text(found, f"{path}[{quote(str(name))}]", shape.group(1))
+        memory_gb = check_integer_text(found, f"{path}[{quote(str(name))}]", shape.group(2))
+        if size is not None and memory_gb is not None:
+            shapes.append((size, memory_gb))
+    return shapes
+
+
 def _json_array(value: str, path: str) -> list[Any]:
     try:
-        document = json.loads(value)
+        document = numbers.json_loads(value)
     except (ValueError, RecursionError):
         raise InvalidInputError.single(path, "must be a JSON array of devices") from None
     if document is None:
@@ -415,12 +491,3 @@ def _json_array(value: str, path: str) -> list[Any]:
         document, path, items="devices", noun="devices", limit=MAX_DEVICES_PER_NODE
     )
     return document
-
-
-def _field_int(fields: Mapping[str, Any], key: str, path: str, found: Violations) -> int:
-    value = fields.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT32_MAX:
-        found.add(path, f"must be a non-negative integer up to {INT32_MAX}, "
-                        f"got {json.dumps(value)}")
-        return 0
-    return value

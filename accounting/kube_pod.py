@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-from accounting import hami_codec, mig, quantity
+from accounting import hami_codec, mig, numbers, quantity
 from accounting.annotations import VGPU_NODE_ANNOTATION
 from accounting.errors import InvalidInputError, Violations
 from accounting.mig import MIG_ALLOCATIONS_ANNOTATION
@@ -50,13 +50,17 @@ from accounting.pod import (
 from accounting.validate import (
     INT32_MAX,
     INT32_MIN,
+    INT64_MAX,
     MAX_CONTAINERS,
     MAX_DEVICES_PER_CONTAINER,
+    MAX_GRANTS_PER_CONTAINER,
+    MAX_REQUESTS_PER_CONTAINER,
     MAX_STATUSES,
+    check_annotations,
+    check_json_integer,
     json_kind,
     json_object,
     quote,
-    shown,
 )
 from accounting.vendor_spec import SOFT_SPLIT_MODE, Charge, VendorSpec
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources, specs_for
@@ -102,6 +106,25 @@ def parse_pod(
     pod = reader.pod(obj, specs_for(vendors))
     reader.found.raise_if_any()
     return pod
+
+
+def grant_paths(
+    pod: Pod, vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,), *, path: str = ""
+) -> tuple[tuple[str, ...], ...]:
+    """Where in the Kubernetes Pod each grant of ``pod`` (as ``parse_pod`` read it, under the
+    same vendors) is written, per container and grant: e.g.
+    ``metadata.annotations["hami.io/vgpu-devices-allocated"][1][0]``, under ``path``. An error
+    about a grant found later (a device its node does not have) names it so."""
+    prefix = f"{path}." if path else ""
+    merged: list[list[str]] = [[] for _ in pod.containers]
+    for spec in specs_for(vendors):
+        value = pod.annotations.get(spec.allocated_annotation)
+        if value is None:
+            continue
+        annotation = f"{prefix}metadata.annotations[{quote(spec.allocated_annotation)}]"
+        for position, items in enumerate(hami_codec.grant_places(value)[: len(merged)]):
+            merged[position] += [f"{annotation}[{position}][{item}]" for item in items]
+    return tuple(tuple(paths) for paths in merged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,10 +200,7 @@ class _Reader:
         value = parent.get(key)
         if value is None:
             return 0
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            self.add(path, f"must be an integer between {low} and {high}, got {shown(value)}")
-            return 0
-        return value
+        return check_json_integer(self.found, self.at(path), value, low, high) or 0
 
     # -- the pod ------------------------------------------------------------------------------
 
@@ -226,6 +246,7 @@ class _Reader:
                     f"metadata.annotations[{quote(key)}]",
                     f"must be a string, got {json_kind(value)}",
                 )
+        check_annotations(self.found, annotations, self.at("metadata.annotations"))
         return annotations
 
     def phase(self, status: Mapping[str, Any]) -> PodPhase:
@@ -320,6 +341,10 @@ class _Reader:
                         for g in grants
                     )
                     merged[position] = merged[position] + mine
+                    if len(merged[position]) > MAX_GRANTS_PER_CONTAINER:
+                        self.add(f"{path}[{position}]",
+                                 f"at most {MAX_GRANTS_PER_CONTAINER} devices per container, "
+                                 f"got {len(merged[position])}")
         return tuple(merged)
 
     def mig_instances(
@@ -370,6 +395,9 @@ class _Reader:
             request = reading.read(spec, annotations)
             if request is not None:
                 found.append(request)
+        if len(found) > MAX_REQUESTS_PER_CONTAINER:
+            self.add(f"{path}.resources", f"asks for the devices of {len(found)} vendors, at "
+                                          f"most {MAX_REQUESTS_PER_CONTAINER}")
         return tuple(found)
 
     # -- status -------------------------------------------------------------------------------
@@ -476,7 +504,10 @@ class _ContainerReading:
             self.refuse(resource, f"{resource.name} {what}: {self.reading(resource, unit)}, "
                                   "below 0")
             return None
-        return int(value)
+        # Every caller bounds the reading further (devices, MiB, percent; messages quote the
+        # reading itself), so saturating at int64 changes no answer, and a reading such as
+        # "1e1000000" (64 characters) is never converted to its million digits.
+        return numbers.saturated_whole(value, INT64_MAX)
 
     def read(self, spec: VendorSpec, annotations: Mapping[str, str]) -> DeviceRequest | None:
         """The container's request for one vendor, or None when it asks for none of its
@@ -652,7 +683,7 @@ class _ContainerReading:
             if value < 0:
                 self.refuse(memory, f"{memory.name}: {self.reading(memory, ' bytes')}, below 0")
                 return None
-            mib = int(value) // (1024 * 1024)
+            mib = numbers.saturated_whole(value, INT64_MAX) // (1024 * 1024)
             if mib > INT32_MAX:
                 self.refuse(memory, f"{memory.name}: {self.reading(memory, ' bytes')}, more than "
                                     f"any device (at most {INT32_MAX} MiB)")

@@ -23,9 +23,16 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from accounting import numbers
 from accounting.errors import InvalidInputError, Violations
 from accounting.model import MigInstance, MigPlacement, MigProfile
-from accounting.validate import INT32_MAX, bounded_json_array, json_kind, quote
+from accounting.validate import (
+    bounded_json_array,
+    check_device_id,
+    check_json_integer,
+    json_kind,
+    quote,
+)
 
 MIG_MODE = "mig"
 """The ``mode`` a card registers when its node's device plugin runs it in MIG mode."""
@@ -143,7 +150,7 @@ def decode_allocations(value: str, *, path: str) -> tuple[MigAllocation, ...]:
     if value == "":
         return ()
     try:
-        document: object = json.loads(value)
+        document: object = numbers.json_loads(value)
     except (ValueError, RecursionError):
         raise InvalidInputError.single(path, "must be a JSON array of MIG allocations") from None
     if document is None:
@@ -184,6 +191,8 @@ def _decode_allocation(element: object, path: str, found: Violations) -> MigAllo
     gpu_uuid = fields.get("gpuuuid")
     if not isinstance(gpu_uuid, str) or not gpu_uuid:
         found.add(f"{path}.gpuUUID", f"must be a non-empty string ({_INCOMPLETE})")
+    else:
+        check_device_id(found, path, "gpuUUID", gpu_uuid)
     profile = fields.get("profile")
     if not isinstance(profile, str) or not profile:
         found.add(f"{path}.profile", f"must be a non-empty string ({_INCOMPLETE})")
@@ -208,12 +217,7 @@ def _decode_allocation(element: object, path: str, found: Violations) -> MigAllo
 
 
 def _index(fields: Mapping[str, object], key: str, path: str, found: Violations) -> int:
-    value = fields.get(key.lower(), 0)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT32_MAX:
-        found.add(f"{path}.{key}", f"must be an integer between 0 and {INT32_MAX}, "
-                                   f"got {json.dumps(value)}")
-        return 0
-    return value
+    return check_json_integer(found, f"{path}.{key}", fields.get(key.lower(), 0)) or 0
 
 
 def decode_placement(value: object, path: str, found: Violations) -> MigPlacement | None:
@@ -226,15 +230,13 @@ def decode_placement(value: object, path: str, found: Violations) -> MigPlacemen
         found.add(path, f"must be an object, got {json_kind(value)}")
         return None
     fields = go_fields(value)
-    numbers: list[int] = []
+    bounds: list[int] = []
     for key in ("start", "size"):
-        number = fields.get(key, 0)
-        if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= 64:
-            found.add(f"{path}.{key}", f"must be an integer between 0 and 64, "
-                                       f"got {json.dumps(number)}")
+        number = check_json_integer(found, f"{path}.{key}", fields.get(key, 0), high=64)
+        if number is None:
             return None
-        numbers.append(number)
-    return MigPlacement(numbers[0], numbers[1])
+        bounds.append(number)
+    return MigPlacement(bounds[0], bounds[1])
 
 
 def decode_profiles(value: object, path: str, found: Violations) -> tuple[MigProfile, ...]:
@@ -266,16 +268,9 @@ def decode_profiles(value: object, path: str, found: Violations) -> tuple[MigPro
                 f"{entry}.name", f"duplicate profile {quote(name)}, also {path}[{names[name]}]"
             )
         names.setdefault(str(name), index)
-        numbers = []
+        totals = []
         for key, wire in (("memorymb", "memoryMB"), ("core", "core"), ("slicecount", "sliceCount")):
-            number = fields.get(key, 0)
-            if isinstance(number, bool) or not isinstance(number, int) or not (
-                0 <= number <= INT32_MAX
-            ):
-                found.add(f"{entry}.{wire}", f"must be an integer between 0 and {INT32_MAX}, "
-                                             f"got {json.dumps(number)}")
-                number = 0
-            numbers.append(number)
+            totals.append(check_json_integer(found, f"{entry}.{wire}", fields.get(key, 0)) or 0)
         raw_placements = fields.get("placements")
         placements: list[MigPlacement] = []
         if raw_placements is not None and not isinstance(raw_placements, list):
@@ -290,7 +285,7 @@ def decode_profiles(value: object, path: str, found: Violations) -> tuple[MigPro
                     if placement is not None:
                         placements.append(placement)
         if len(found) == before:
-            profiles.append(MigProfile(name, numbers[0], numbers[1], numbers[2], tuple(placements)))
+            profiles.append(MigProfile(name, totals[0], totals[1], totals[2], tuple(placements)))
     return tuple(profiles)
 
 

@@ -28,6 +28,7 @@ import decimal
 import re
 from decimal import Decimal
 
+from accounting import numbers
 from accounting.validate import json_kind, quote
 
 MAX_QUANTITY_CHARS = 64
@@ -43,7 +44,6 @@ _QUANTITY = re.compile(
     r"(?P<sign>[+-]?)(?P<whole>[0-9]*)(?:\.(?P<fraction>[0-9]*))?"
     r"(?P<suffix>[eEinumkKMGTP]*[+-]?[0-9]*)"
 )
-_EXPONENT = re.compile(r"[+-]?[0-9]+")
 _DECIMAL_SUFFIXES = {
     "": 0, "n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18,
 }
@@ -132,9 +132,9 @@ def _interpret(match: re.Match[str]) -> Decimal | None:
         return value
     if suffix in _DECIMAL_SUFFIXES:
         exponent = _DECIMAL_SUFFIXES[suffix]
-    elif len(suffix) > 1 and suffix[0] in "eE" and _EXPONENT.fullmatch(suffix[1:]):
-        parsed = int(suffix[1:])
-        if not _INT64_MIN <= parsed <= _INT64_MAX:
+    elif len(suffix) > 1 and suffix[0] in "eE":
+        parsed = numbers.decimal_integer(suffix[1:])
+        if parsed is None or not _INT64_MIN <= parsed <= _INT64_MAX:
             return None  # strconv.ParseInt fails
         # Go keeps the exponent in an int32: int32(parsed) keeps the low 32 bits, signed.
         exponent = (parsed + 2**31) % 2**32 - 2**31

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from decimal import Decimal
 from typing import Any
 
+from accounting import numbers
 from accounting import vendors as vendor_table
 from accounting.errors import InvalidInputError, Violations
 from accounting.model import Container, ContainerStatus, Device, DeviceGrant, DeviceRequest, Pod
@@ -49,6 +49,13 @@ one pod's usage on one device (at most 256 × 64 grants) stays below 2^45 MiB, 2
 in principle; they are reported saturated at the field's maximum, which no real cluster
 reaches."""
 INT64_MAX = 2**63 - 1
+MAX_DEVICE_ID_CHARS = 320
+"""The longest device id (UUID) read from a request or an annotation. The ids HAMi writes are
+far shorter (an NVIDIA UUID has 40 characters); the longest an id made from a node's name can
+get is 276 (a 253-character name, ``-enflame-drs-`` and a 10-digit index). Every id is stored
+and sent in every watch event of its node, so a longer one only costs every reader."""
+MAX_NODE_NAME_CHARS = 253
+"""A Kubernetes node name is a DNS subdomain: at most 253 characters."""
 MAX_ANNOTATIONS_BYTES = 256 * 1024
 """Kubernetes' own limit on the total size of a pod's annotations (keys plus values)."""
 
@@ -66,8 +73,9 @@ def json_object(raw: bytes | str, path: str) -> dict[str, Any]:
         InvalidInputError: at ``path``: not JSON, nested too deeply, or not an object.
     """
     try:
-        # Exact numbers: a Kubernetes quantity may be a JSON number, and 1e400 is no float.
-        document: object = json.loads(raw, parse_float=Decimal)
+        # Exact numbers: a Kubernetes quantity may be a JSON number, and 1e400 is no float;
+        # an integer of thousands of digits stays a Decimal for its field to refuse.
+        document: object = numbers.json_loads(raw)
     except ValueError as error:  # UnicodeDecodeError included
         raise InvalidInputError.single(path, f"not valid JSON ({error})") from None
     except RecursionError:
@@ -143,6 +151,46 @@ def check_range(
         found.add(f"{path}.{field}", f"must be between {low} and {high}, got {value}")
 
 
+def check_integer_text(
+    found: Violations, path: str, text: str, low: int = 0, high: int = INT32_MAX
+) -> int | None:
+    """The integer a text field writes (``accounting.numbers.decimal_integer``: ASCII digits,
+    an optional sign, at most ``MAX_INTEGER_DIGITS`` significant digits) when it is from ``low`` to
+    ``high``; else a violation at ``path`` and None."""
+    number = numbers.decimal_integer(text)
+    if number is None:
+        found.add(path, f"must be an integer between {low} and {high}, got {quote(text)}")
+        return None
+    if not low <= number <= high:
+        found.add(path, f"must be between {low} and {high}, got {number}")
+        return None
+    return number
+
+
+def check_json_integer(
+    found: Violations, path: str, value: object, low: int = 0, high: int = INT32_MAX
+) -> int | None:
+    """A decoded JSON value that must be an integer from ``low`` to ``high`` (JSON ``true``,
+    a Python int, is refused as Go's decoder refuses it); else a violation at ``path`` and
+    None."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        found.add(path, f"must be an integer between {low} and {high}, got {shown(value)}")
+        return None
+    return value
+
+
+def check_device_id(found: Violations, path: str, field: str, value: str) -> None:
+    """A device id (UUID) at ``path.field``: not empty, free of the HAMi annotation's
+    separators, at most ``MAX_DEVICE_ID_CHARS`` characters."""
+    if len(value) > MAX_DEVICE_ID_CHARS:
+        found.add(
+            f"{path}.{field}",
+            f"at most {MAX_DEVICE_ID_CHARS} characters, got {len(value)} characters",
+        )
+        return
+    check_wire_text(found, path, field, value, required=True)
+
+
 def check_wire_text(
     found: Violations, path: str, field: str, value: str, *, required: bool
 ) -> None:
@@ -186,7 +234,7 @@ def check_pod(found: Violations, pod: Pod, path: str) -> None:
         found.add(f"{path}.uid", "must not be empty")
     if not pod.namespace:
         found.add(f"{path}.namespace", "must not be empty")
-    _check_annotations(found, pod.annotations, f"{path}.annotations")
+    check_annotations(found, pod.annotations, f"{path}.annotations")
     if len(pod.containers) > MAX_CONTAINERS:
         found.add(
             f"{path}.containers", f"at most {MAX_CONTAINERS} containers, got {len(pod.containers)}"
@@ -216,7 +264,7 @@ def check_devices(found: Violations, devices: Sequence[Device], path: str) -> No
     first_index: dict[str, int] = {}
     for index, device in enumerate(devices):
         device_path = f"{path}[{index}]"
-        check_wire_text(found, device_path, "uuid", device.uuid, required=True)
+        check_device_id(found, device_path, "uuid", device.uuid)
         first = first_index.setdefault(device.uuid, index)
         if device.uuid and first != index:
             found.add(
@@ -235,7 +283,7 @@ def check_devices(found: Violations, devices: Sequence[Device], path: str) -> No
 
 def check_grant(found: Violations, grant: DeviceGrant, path: str) -> None:
     """Adds every problem of one grant to ``found``."""
-    check_wire_text(found, path, "uuid", grant.uuid, required=True)
+    check_device_id(found, path, "uuid", grant.uuid)
     check_wire_text(found, path, "device_type", grant.vendor, required=False)
     check_range(found, path, "memory_mib", grant.memory_mib)
     # Percent for most vendors; compute units (AMD) and core masks (AWS Neuron) go higher.
@@ -297,8 +345,13 @@ def _check_statuses(
         check_range(found, status_path, "restart_count", status.restart_count)
 
 
-def _check_annotations(found: Violations, annotations: Mapping[str, str], path: str) -> None:
-    size = sum(len(key.encode()) + len(value.encode()) for key, value in annotations.items())
+def check_annotations(found: Violations, annotations: Mapping[str, str], path: str) -> None:
+    """A pod's annotations: within Kubernetes' size limit, no empty key."""
+    characters = sum(len(key) + len(value) for key, value in annotations.items())
+    # UTF-8 takes at most 4 bytes a character: most pods need no encoding to be measured.
+    size = characters if characters * 4 <= MAX_ANNOTATIONS_BYTES else sum(
+        len(key.encode()) + len(value.encode()) for key, value in annotations.items()
+    )
     if size > MAX_ANNOTATIONS_BYTES:
         found.add(path, f"total size must be at most {MAX_ANNOTATIONS_BYTES} bytes, got {size}")
     if "" in annotations:

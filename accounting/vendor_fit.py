@@ -32,12 +32,11 @@ nothing; a container's own grants are charged once its walk is done, as HAMi's d
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from accounting import kunlun, mig
+from accounting import hami_codec, kunlun, mig, numbers
 from accounting.device_filter import DeviceFilter
 from accounting.model import DeviceGrant, DeviceState, MigPlacement
 from accounting.pod import DeviceDemand
@@ -584,7 +583,7 @@ def _metalink(candidates: Sequence[tuple[_Card, int]], count: int) -> list[tuple
     zones: dict[int, list[tuple[_Card, int]]] = {}
     loose: list[tuple[_Card, int]] = []
     for candidate in candidates:
-        zone = int(candidate[0].state.device.info("LinkZone") or 0)
+        zone = hami_codec.custom_info_int(candidate[0].state.device.info("LinkZone"))
         if zone > 0:
             zones.setdefault(zone, []).append(candidate)
         else:
@@ -649,15 +648,19 @@ def _neuron_devices(
 def _with_drs_profiles(context: RuleContext, cards: Sequence[_Card]) -> RuleContext:
     """The context with the node's DRS profiles (every device's, smallest first), for the
     request's profile choice."""
-    max_slice = max((int(card.state.device.info("maxSlice") or 0) for card in cards), default=0)
+    max_slice = max(
+        (hami_codec.custom_info_int(card.state.device.info("maxSlice")) for card in cards),
+        default=0,
+    )
     seen: dict[str, DrsProfile] = {}
     for card in cards:
-        listed = json.loads(card.state.device.info(DRS_PROFILES_INFO) or "{}")
+        listed = hami_codec.custom_info_profiles(card.state.device.info(DRS_PROFILES_INFO))
         for name, profile_id in listed.items():
             shape = _DRS_PROFILE.fullmatch(name.strip().lower())
             if shape is None or max_slice <= 0:
                 continue
-            slices, memory_gb = int(shape.group(1)), int(shape.group(2))
+            slices = numbers.decimal_integer(shape.group(1)) or 0
+            memory_gb = numbers.decimal_integer(shape.group(2)) or 0
             if slices <= 0 or memory_gb <= 0:
                 continue
             seen[name] = DrsProfile(name, str(profile_id), slices, memory_gb,

@@ -36,6 +36,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from accounting import numbers
 from accounting.errors import InvalidInputError
 from accounting.explain import (
     Amount,
@@ -413,10 +414,9 @@ def _policy_from(args: argparse.Namespace) -> tuple[AccountingPolicy, str]:
 
 
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    value = numbers.decimal_integer(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}")
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value

@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from accounting import numbers
+
 TABLE_WIDTH = 120
 """Width of the tables when the output is not a terminal and COLUMNS is unset."""
 
@@ -28,7 +30,7 @@ def console_for(out: TextIO, environ: Any = None) -> Console:
     width: int | None = None
     if not out.isatty():
         columns = str(environ.get("COLUMNS", ""))
-        width = int(columns) if columns.isdigit() else TABLE_WIDTH
+        width = numbers.decimal_integer(columns) or TABLE_WIDTH
     return Console(file=out, width=width, highlight=False, soft_wrap=False)
 
 

@@ -34,6 +34,7 @@ import yaml
 from rich import box
 from rich.table import Table
 
+from accounting import numbers
 from accounting.counting_rules import CountingRule
 from accounting.errors import InvalidInputError
 from accounting.fit import POLICIES
@@ -318,10 +319,9 @@ def _rules(text: str) -> list[CountingRule]:
 
 def _count(low: int) -> Any:
     def parse(text: str) -> int:
-        try:
-            value = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        value = numbers.decimal_integer(text)
+        if value is None:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}")
         if value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
         return value

@@ -28,12 +28,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from accounting import numbers
 from accounting.errors import FieldViolation, InvalidInputError
 from accounting.fit import pod_requests_devices
 from accounting.kube_node import NodeRegistration, parse_node
 from accounting.kube_pod import DEFAULT_NAMESPACE, parse_pod
 from accounting.model import ContainerClass, Pod, PodPhase
-from accounting.quantity import QuantityError, describe, is_whole, parse_quantity
+from accounting.quantity import QuantityError, describe, parse_quantity
 from accounting.quota import merge_quota_limits, quota_keys
 from accounting.validate import MAX_QUOTA_LIMIT
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources
@@ -221,7 +222,8 @@ class _Reader:
             except QuantityError as error:
                 found.append(FieldViolation(where, str(error)))
                 continue
-            if not (is_whole(value) and 0 <= value <= MAX_QUOTA_LIMIT):
+            limit = numbers.whole_decimal(value, 0, MAX_QUOTA_LIMIT)
+            if limit is None:
                 found.append(
                     FieldViolation(
                         where,
@@ -230,7 +232,7 @@ class _Reader:
                     )
                 )
                 continue
-            limits[resource] = int(value)
+            limits[resource] = limit
         if found:
             raise _named(InvalidInputError(found), label)
         if not limits:

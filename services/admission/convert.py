@@ -12,13 +12,11 @@ carries ``UNASSIGNED_UID``. Every other problem is INVALID_ARGUMENT naming the f
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable, Mapping, Sequence
-from decimal import Decimal
 from types import MappingProxyType
 from typing import Any
 
-from accounting import kube_pod, validate
+from accounting import kube_pod, numbers, validate
 from accounting.errors import InvalidInputError
 from accounting.model import Pod, QuotaItem
 from accounting.pod import EffectiveRequest
@@ -102,7 +100,7 @@ def pod_from_kubernetes(
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
     try:
-        document = json.loads(raw, parse_float=Decimal)
+        document = numbers.json_loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):
         # Nested deeper than the stack: the common reader names it ("nested too deeply").
         return None

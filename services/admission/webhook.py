@@ -52,13 +52,12 @@ import threading
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
 
-from accounting import kube_pod, owned_annotations
+from accounting import kube_pod, numbers, owned_annotations
 from accounting.errors import InvalidInputError
 from services.admission import convert
 from services.admission.deadlines import ConnectionDeadlines
@@ -117,8 +116,9 @@ def parse_review(body: bytes) -> Review:
         ReviewError: not JSON, not an AdmissionReview of a supported version, or no uid.
     """
     try:
-        # Exact numbers: a quantity may be a JSON number, and 1e400 is not a float.
-        document = json.loads(body, parse_float=Decimal)
+        # Exact numbers: a quantity may be a JSON number, and 1e400 is not a float; an integer
+        # of thousands of digits stays a Decimal for its field to refuse (accounting.numbers).
+        document = numbers.json_loads(body)
     except (ValueError, UnicodeDecodeError) as error:
         raise ReviewError(f"body is not valid JSON ({error})") from None
     except RecursionError:
@@ -366,11 +366,11 @@ class _Handler(BaseHTTPRequestHandler):
         if length_text is None:
             self._error(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required", close=True)
             return
-        try:
-            length = int(length_text)
-        except ValueError:
-            length = -1
-        if length < 0:
+        # HTTP's Content-Length is 1*DIGIT: no sign, no spaces, no other script's digits.
+        length = (
+            None if length_text.startswith(("+", "-")) else numbers.decimal_integer(length_text)
+        )
+        if length is None or length < 0:
             self._error(HTTPStatus.BAD_REQUEST, f"invalid Content-Length {length_text!r}",
                         close=True)
             return

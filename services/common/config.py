@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, overload
 
+from accounting import numbers
+
 ENV_PREFIX = "HAMI_ACCOUNTING_"
 
 # The value of HAMI_ACCOUNTING_METRICS_ADDR that turns the Prometheus endpoint off.
@@ -144,9 +146,8 @@ def env_int(
     value = _raw(env, key)
     if value is None:
         return default
-    try:
-        number = int(value, 10)
-    except ValueError:
+    number = numbers.decimal_integer(value)
+    if number is None:
         problems.append(f"{env_name(key)} must be an integer, got {value!r}")
         return default
     if minimum is not None and number < minimum:
@@ -230,10 +231,9 @@ def parse_host_port(value: str) -> tuple[str, int]:
         raise ValueError(f"must be host:port, got {value!r}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    try:
-        port = int(port_text, 10)
-    except ValueError:
-        raise ValueError(f"port must be an integer, got {value!r}") from None
+    port = numbers.decimal_integer(port_text)
+    if port is None:
+        raise ValueError(f"port must be an integer, got {value!r}")
     if not 0 <= port <= 65535:
         raise ValueError(f"port must be within 0..65535, got {value!r}")
     return host, port

@@ -7,12 +7,13 @@ like ``pod.containers[1].container_class``), output is built here. No accounting
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Literal, Protocol, TypeVar
 
 from accounting import kube_node, kube_pod, validate
-from accounting.errors import InvalidInputError, Violations
+from accounting.errors import FieldViolation, InvalidInputError, Violations
 from accounting.model import (
     DEFAULT_DEVICE_MODE,
     Container,
@@ -126,6 +127,40 @@ def pod_from_source(
         validate.validate_pod(pod, path)
         return pod
     raise InvalidInputError.single("pod_source", "one of pod or kubernetes_pod_json is required")
+
+
+_GRANT_PATH = re.compile(r"(?:pod\.containers|container_grants)\[([0-9]+)\]\.grants\[([0-9]+)\]")
+"""How the rules name a pod's grant in an error (the typed pod's, or Reserve's grants)."""
+
+
+def grants_as_sent(
+    error: InvalidInputError,
+    request: PodSourceRequest,
+    pod: Pod,
+    vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
+) -> InvalidInputError:
+    """``error`` with each of ``pod``'s grants named where the request wrote it: the typed
+    pod's ``pod.containers[1].grants[0]``, or for Kubernetes JSON the entry of its allocation
+    annotation, ``kubernetes_pod_json.metadata.annotations["hami.io/vgpu-devices-allocated"]
+    [1][0]``. For a pod whose own grants the rules checked (RecordPod, Reserve without
+    ``container_grants``); other paths are kept."""
+    if pod_source_kind(request) == "kubernetes_pod_json":
+        places = kube_pod.grant_paths(pod, vendors, path="kubernetes_pod_json")
+    else:
+        places = tuple(
+            tuple(f"pod.containers[{c}].grants[{g}]" for g in range(len(container.grants)))
+            for c, container in enumerate(pod.containers)
+        )
+    violations: list[FieldViolation] = []
+    for violation in error.violations:
+        match = _GRANT_PATH.match(violation.path)
+        path = violation.path
+        if match is not None:
+            container, grant = int(match[1]), int(match[2])
+            if container < len(places) and grant < len(places[container]):
+                path = places[container][grant] + violation.path[match.end():]
+        violations.append(FieldViolation(path, violation.message))
+    return InvalidInputError(violations)
 
 
 def pod_from_pb(pb: types_pb2.Pod, path: str = "pod") -> Pod:
@@ -532,11 +567,18 @@ def node_from_source(
         InvalidInputError: no source (path ``node_source``), no name, or bad devices.
     """
     kind = request.WhichOneof("node_source")
+    found = Violations()
+    if len(request.node_name) > validate.MAX_NODE_NAME_CHARS:
+        found.add("node_name", f"at most {validate.MAX_NODE_NAME_CHARS} characters, "
+                               f"got {len(request.node_name)} characters")
     if kind == "kubernetes_node_json":
-        node = kube_node.parse_node_json(request.kubernetes_node_json, vendors)
+        try:
+            node = kube_node.parse_node_json(request.kubernetes_node_json, vendors)
+        except InvalidInputError as error:
+            found.extend(error)
+        found.raise_if_any()
         return kube_node.NodeRegistration(request.node_name or node.node_name, node.devices)
     if kind == "inventory":
-        found = Violations()
         if not request.node_name:
             found.add("node_name", "must not be empty with an inventory")
         try:

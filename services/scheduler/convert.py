@@ -17,7 +17,7 @@ from accounting.errors import InvalidInputError, Violations
 from accounting.fit import FitResult, NodeState, QuotaContext
 from accounting.model import Device, DeviceGrant, DeviceUsage, Pod
 from accounting.reasons import NODE_UNREGISTERED
-from accounting.validate import quote
+from accounting.validate import MAX_NODE_NAME_CHARS, quote
 from accounting.vendor_spec import VendorSpec
 from accounting.vendors import NVIDIA_RESOURCES, NVIDIA_SPEC, VendorResources
 from hami.accounting.v1 import scheduler_pb2, types_pb2, usage_pb2
@@ -26,8 +26,6 @@ from services.scheduler.fit_kernel import ColumnScores
 
 MAX_CANDIDATE_NODES = 10_000
 """Most candidate nodes one Filter takes (a large cluster's whole node list)."""
-MAX_NODE_NAME_CHARS = 253
-"""A Kubernetes node name is a DNS subdomain: at most 253 characters."""
 
 MESSAGE_NODES = 20
 """Most failed nodes a Filter message names."""

@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 
-from accounting.errors import AccountingError
+from accounting.errors import AccountingError, InvalidInputError
 from hami.accounting.v1 import usage_pb2, usage_pb2_grpc
 from services.common import convert as common
 from services.common.errors import map_errors
@@ -125,7 +125,11 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     ) -> usage_pb2.RecordPodResponse:
         self._require_leader()
         pod = common.pod_from_source(request, self._vendors)
-        return self._with_revision(convert.record_response(self._store.record_pod(pod)))
+        try:
+            outcome = self._store.record_pod(pod)
+        except InvalidInputError as error:
+            raise common.grants_as_sent(error, request, pod, self._vendors) from None
+        return self._with_revision(convert.record_response(outcome))
 
     @map_errors
     def ForgetPod(
@@ -144,9 +148,14 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
         replaces = (
             request.replaces_revision if request.HasField("replaces_revision") else None
         )
-        outcome = self._store.reserve(
-            pod, request.node_name, policy_id=request.policy_id, replaces_revision=replaces
-        )
+        try:
+            outcome = self._store.reserve(
+                pod, request.node_name, policy_id=request.policy_id, replaces_revision=replaces
+            )
+        except InvalidInputError as error:
+            if request.container_grants:
+                raise
+            raise common.grants_as_sent(error, request, pod, self._vendors) from None
         return self._with_revision(convert.reserve_response(outcome))
 
     @map_errors

@@ -419,20 +419,20 @@ BAD_REGISTER_CASES = [
             ]
         ),
         [
-            f"{REGISTER}[1].count: must be a non-negative integer up to 2147483647, got 1.5",
+            f"{REGISTER}[1].count: must be an integer between 0 and 2147483647, got 1.5",
             f"{REGISTER}[1].health: must be true or false, got a string",
             f"{REGISTER}[2].type: must be a string, got a number",
-            f"{REGISTER}[2].devmem: must be a non-negative integer up to 2147483647, got -1",
+            f"{REGISTER}[2].devmem: must be an integer between 0 and 2147483647, got -1",
             f'{REGISTER}[3].id: duplicate device id "GPU-0", also {REGISTER}[0]',
             f"{REGISTER}[4].id: must not be empty",
-            f"{REGISTER}[4].devcore: must be a non-negative integer up to 2147483647, got true",
+            f"{REGISTER}[4].devcore: must be an integer between 0 and 2147483647, got true",
             f"{REGISTER}[5]: must be an object, got a string",
         ],
     ),
     BadRegisterCase(
         "memory above int32",
         '[{"id":"GPU-0","devmem":2147483648}]',
-        [f"{REGISTER}[0].devmem: must be a non-negative integer up to 2147483647, got 2147483648"],
+        [f"{REGISTER}[0].devmem: must be an integer between 0 and 2147483647, got 2147483648"],
     ),
     BadRegisterCase(
         "nesting deeper than the stack is refused, not a crash",

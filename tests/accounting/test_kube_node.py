@@ -83,7 +83,7 @@ def test_a_nameless_node_and_a_bad_annotation_are_reported_together() -> None:
         kube_node.parse_node(obj)
     assert [str(violation) for violation in raised.value.violations] == [
         "metadata.name: must be a non-empty string",
-        f"{REGISTER_PATH}[0].devmem: must be a non-negative integer up to 2147483647, got -1",
+        f"{REGISTER_PATH}[0].devmem: must be an integer between 0 and 2147483647, got -1",
     ]
 
 

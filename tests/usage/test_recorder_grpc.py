@@ -772,6 +772,14 @@ BAD_RECORDS = (
                  "pod.containers[0].container_class", id="container class unknown to this build"),
     pytest.param(usage_pb2.RecordPodRequest(pod=_with_typed_grant(uuid="GPU-NOT-THERE")),
                  "pod.containers[0].grants[0].uuid", id="grant for a UUID the node lacks"),
+    # Named where the request wrote the grant: the annotation's entry, not our pod's field.
+    pytest.param(usage_pb2.RecordPodRequest(kubernetes_pod_json=_bad_annotation_pod(
+        "GPU-NOT-THERE,NVIDIA,1000,0:;")), f"{ANNOTATION_FIELD}[0][0].uuid: node ",
+        id="annotation grant for a UUID the node lacks"),
+    pytest.param(usage_pb2.RecordPodRequest(kubernetes_pod_json=_bad_annotation_pod(
+        f"::{GPU},NVIDIA,1,0::GPU-NOT-THERE,NVIDIA,1000,0:;")),
+        f"{ANNOTATION_FIELD}[0][4].uuid: node ",
+        id="the second grant of an entry, after empty pieces"),
     pytest.param(usage_pb2.RecordPodRequest(), "pod_source", id="no pod at all"),
 )
 
@@ -828,6 +836,14 @@ BAD_WRITES = (
         container_grants=[types_pb2.ContainerGrants(grants=[types_pb2.DeviceGrant(
             uuid="GPU-NOT-THERE", device_type="NVIDIA", memory_mib=1)])]),
         "container_grants[0].grants[0].uuid", id="reserve of a UUID the node lacks"),
+    pytest.param("Reserve", usage_pb2.ReserveRequest(
+        kubernetes_pod_json=_bad_annotation_pod("GPU-NOT-THERE,NVIDIA,1000,0:;"), node_name=NODE),
+        f"{ANNOTATION_FIELD}[0][0].uuid: node ",
+        id="reserve of an annotation's UUID the node lacks"),
+    pytest.param("Reserve", usage_pb2.ReserveRequest(
+        pod=_with_typed_grant(uuid="GPU-NOT-THERE"), node_name=NODE),
+        "pod.containers[0].grants[0].uuid: node ",
+        id="reserve of a typed pod's own UUID the node lacks"),
 )
 
 
