@@ -15,12 +15,18 @@ Objects are read as the JSON the API server sent (what Go's ``json.Marshal`` wri
 the pure parsers take) rather than as the client's generated models: a model that fails the
 client's own validation would otherwise poison a watch, raising on the same event at every
 resume, and skipping model construction makes a large list several times cheaper.
+
+No object can stop the source. Each one is applied on its own: one that its reader refuses,
+that the store refuses, or whose handling fails for any other reason is skipped with a warning
+naming it (kind, namespace/name, uid, and what is wrong, never its content) and counted in
+``hami_accounting_source_skips_total`` and ``hami_accounting_source_skipped_objects``; the list
+or watch goes on with the next object, the first sync completes, and the object keeps what it
+was last charged until it is read again or deleted.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 import time
@@ -35,13 +41,14 @@ from kubernetes import client, config, watch
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from accounting import kube_node, kube_pod, quantity
+from accounting import kube_node, kube_pod, numbers, quantity
 from accounting.annotations import VGPU_NODE_ANNOTATION
 from accounting.errors import InvalidInputError
 from accounting.model import Device, Pod
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
 from accounting.quota import merge_quota_limits, quota_keys
-from accounting.validate import MAX_QUOTA_LIMIT
+from accounting.validate import MAX_NODE_NAME_CHARS, MAX_QUOTA_LIMIT, quote
+from services.usage import metrics
 
 __all__ = [
     "QUOTA_KEYS",
@@ -68,6 +75,7 @@ _PODS = "pods"
 _NODES = "nodes"
 _QUOTAS = "resourcequotas"
 _KINDS = (_PODS, _NODES, _QUOTAS)
+_WHO_KINDS = {_PODS: "pod", _NODES: "node", _QUOTAS: "resourcequota"}
 
 _CONNECT_TIMEOUT_S = 10.0
 # Added to timeoutSeconds for the socket read timeout, so a silent server is noticed.
@@ -180,7 +188,7 @@ def quota_limits(quota: Mapping[str, Any], keys: Iterable[str] = QUOTA_KEYS) -> 
     number from 0 to ``MAX_QUOTA_LIMIT`` (10^12), whatever its suffix ("24576", "24Ki", "2k");
     anything else ("1.5", "500m", "abc", a negative number, "1e15") is skipped with a warning.
     """
-    metadata = quota.get("metadata") or {}
+    who = _Who.of("resourcequota", quota)
     spec = quota.get("spec") or {}
     hard = spec.get("hard") if isinstance(spec, Mapping) else None
     if not isinstance(hard, Mapping):
@@ -191,17 +199,14 @@ def quota_limits(quota: Mapping[str, Any], keys: Iterable[str] = QUOTA_KEYS) -> 
             continue
         value = _whole_quantity(hard[key])
         if value is None:
+            written = hard[key]
             logger.warning(
-                "ResourceQuota %s/%s: %s=%r is not a whole number from 0 to %d; ignoring the key",
-                metadata.get("namespace"),
-                metadata.get("name"),
+                "%s: %s=%s is not a whole number from 0 to %d; ignoring the key",
+                who,
                 key,
-                hard[key],
+                quote(written if isinstance(written, str) else str(written), 40),
                 MAX_QUOTA_LIMIT,
-                extra={
-                    "quota_namespace": metadata.get("namespace"),
-                    "quota_name": metadata.get("name"),
-                },
+                extra=who.log_fields(),
             )
             continue
         limits[key] = value
@@ -214,9 +219,90 @@ def _whole_quantity(written: object) -> int | None:
         value = quantity.parse_quantity(written)
     except quantity.QuantityError:
         return None
-    if 0 <= value <= MAX_QUOTA_LIMIT and quantity.is_whole(value):
-        return int(value)
-    return None
+    return numbers.whole_decimal(value, 0, MAX_QUOTA_LIMIT)
+
+
+# -- who an object is ----------------------------------------------------------------------------
+
+_SKIP_UNREADABLE = "unreadable"
+_SKIP_REFUSED = "refused"
+_SKIP_FAILED = "failed"
+
+
+def _label(value: object) -> str:
+    """A metadata field for a log line: a string as it is (shortened past a node name's
+    length), anything else by its type only."""
+    if isinstance(value, str):
+        return value if len(value) <= MAX_NODE_NAME_CHARS else value[:MAX_NODE_NAME_CHARS] + "…"
+    return "" if value is None else f"<{type(value).__name__}>"
+
+
+@dataclass(frozen=True, slots=True)
+class _Who:
+    """Which object a log line and the skip metrics are about: its kind and identity, never
+    its content."""
+
+    kind: str
+    """``pod``, ``node`` or ``resourcequota``."""
+    namespace: str = ""
+    name: str = ""
+    uid: str = ""
+
+    @classmethod
+    def of(cls, kind: str, obj: Mapping[str, Any]) -> _Who:
+        metadata = _metadata(obj)
+        return cls(kind, _label(metadata.get("namespace")), _label(metadata.get("name")),
+                   _label(metadata.get("uid")))
+
+    @property
+    def key(self) -> str:
+        """What tells it from the other objects of its kind while it is skipped."""
+        return self.uid or f"{self.namespace}/{self.name}"
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.kind} {where}" + (f" (uid {self.uid})" if self.uid else "")
+
+    def log_fields(self) -> dict[str, str]:
+        prefix = {"pod": "pod", "node": "node", "resourcequota": "quota"}[self.kind]
+        fields = {"object_kind": self.kind, f"{prefix}_name": self.name}
+        if self.namespace:
+            fields[f"{prefix}_namespace"] = self.namespace
+        if self.uid:
+            fields[f"{prefix}_uid"] = self.uid
+        return fields
+
+
+class _SinkFailure(Exception):
+    """The sink did not take an object (refused it, or failed); ``cause`` says why."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+_MAX_LOGGED_PROBLEM_CHARS = 600
+"""How much of a refusal's message a skip's log line quotes."""
+
+
+def _problem(error: Exception) -> str:
+    """What is wrong, for a log line: a refusal's field violations (paths and bounded quotes),
+    shortened; for any other error only its type and where it was raised, since its message
+    may quote the object (``int()``'s does)."""
+    if isinstance(error, InvalidInputError):
+        text = str(error)
+        if len(text) > _MAX_LOGGED_PROBLEM_CHARS:
+            text = text[:_MAX_LOGGED_PROBLEM_CHARS] + f"… ({len(text)} characters)"
+        return text
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    where = (
+        f" at {frame.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.tb_lineno}"
+        if frame is not None
+        else ""
+    )
+    return f"{type(error).__name__}{where} (a bug: please report it)"
 
 
 # -- the source ----------------------------------------------------------------------------------
@@ -303,6 +389,11 @@ class KubernetesSource:
         """Namespace -> ResourceQuota name -> its GPU limits."""
         self._quota_sent: dict[str, dict[str, int]] = {}
         """Namespace -> the merged limits last given to the sink (non-empty only)."""
+        self._skipped: dict[str, set[str]] = {kind: set() for kind in _WHO_KINDS.values()}
+        """Object kind -> the objects skipped and not applied since (``_Who.key``), each set
+        touched only by its kind's thread."""
+        for kind in self._skipped:
+            metrics.SOURCE_SKIPPED_OBJECTS.labels(kind).set(0)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -405,13 +496,18 @@ class KubernetesSource:
                 if self._stopping.is_set():
                     return
                 failures += 1
+                transport = isinstance(error, urllib3.exceptions.HTTPError | OSError)
                 logger.warning(
                     "%s %s failed: %s",
                     kind.name,
                     phase,
-                    error,
-                    exc_info=not isinstance(error, urllib3.exceptions.HTTPError),
+                    error if transport else _problem(error),
                 )
+                if phase == "watch" and not transport:
+                    # A watch event the client itself could not decode would fail again at
+                    # every resume from the same version: list again (the list reads each
+                    # object on its own) and watch on from there.
+                    resource_version = None
                 self._back_off(failures)
 
     def _resync_due(self, listed_at: float) -> bool:
@@ -444,7 +540,9 @@ class KubernetesSource:
                 arguments["_continue"] = continue_token
             response = kind.list_function(**arguments)
             try:
-                page = json.loads(response.data)
+                # Bounded numbers: an object holding a huge integer stays one unreadable
+                # object instead of a page that cannot be decoded.
+                page = numbers.json_loads(response.data)
             finally:
                 response.release_conn()
             if not isinstance(page, dict):
@@ -477,12 +575,16 @@ class KubernetesSource:
                 _request_timeout=(_CONNECT_TIMEOUT_S, self._watch_timeout_s + _WATCH_READ_GRACE_S),
             )
             for event in events:
-                event_type = event.get("type")
-                obj = event.get("object")
+                # The client yields None for a line that is not JSON.
+                obj = event.get("object") if isinstance(event, dict) else None
                 if not isinstance(obj, dict):
                     continue
+                event_type = event.get("type")
                 if event_type in ("ADDED", "MODIFIED", "DELETED"):
-                    kind.apply_event(event_type, obj)
+                    self._apply(
+                        _Who.of(_WHO_KINDS[kind.name], obj),
+                        functools.partial(kind.apply_event, event_type, obj),
+                    )
                 # After applying, so a stop or crash in between replays the event, never skips it.
                 resource_version = str(_metadata(obj).get("resourceVersion") or resource_version)
                 if self._stopping.is_set():
@@ -492,89 +594,118 @@ class KubernetesSource:
                 self._open_watches.pop(kind.name, None)
         return resource_version
 
-    def _deliver(self, what: str, call: Callable[[], object], **log_fields: object) -> bool:
-        """Calls the sink; a failure is logged and skipped so one object cannot stop a watch."""
+    # -- one object at a time ----------------------------------------------------------------
+
+    def _apply(self, who: _Who, apply: Callable[[], object]) -> None:
+        """Applies one object; whatever goes wrong skips it alone (logged and counted, see the
+        module docstring), so the list or watch it came in goes on."""
+        try:
+            apply()
+        except _SinkFailure as failure:
+            reason = _SKIP_REFUSED if isinstance(failure.cause, InvalidInputError) else _SKIP_FAILED
+            self._skip(who, reason, failure.cause)
+        except Exception as error:
+            reason = _SKIP_UNREADABLE if isinstance(error, InvalidInputError) else _SKIP_FAILED
+            self._skip(who, reason, error)
+        else:
+            self._readable(who)
+
+    def _skip(self, who: _Who, reason: str, error: Exception) -> None:
+        metrics.SOURCE_SKIPS.labels(who.kind, reason).inc()
+        skipped = self._skipped[who.kind]
+        skipped.add(who.key)
+        metrics.SOURCE_SKIPPED_OBJECTS.labels(who.kind).set(len(skipped))
+        verb = {_SKIP_UNREADABLE: "cannot be read", _SKIP_REFUSED: "was refused by the store",
+                _SKIP_FAILED: "could not be applied"}[reason]
+        logger.warning(
+            "skipping %s: it %s: %s", who, verb, _problem(error),
+            extra={**who.log_fields(), "skip_reason": reason},
+        )
+
+    def _readable(self, who: _Who) -> None:
+        skipped = self._skipped[who.kind]
+        if who.key in skipped:
+            skipped.discard(who.key)
+            metrics.SOURCE_SKIPPED_OBJECTS.labels(who.kind).set(len(skipped))
+
+    def _forget_skipped(self, kind: str, keep: set[str]) -> None:
+        """After a list: only the objects skipped in it are still skipped."""
+        skipped = self._skipped[kind]
+        skipped.intersection_update(keep)
+        metrics.SOURCE_SKIPPED_OBJECTS.labels(kind).set(len(skipped))
+
+    @staticmethod
+    def _deliver(call: Callable[[], object]) -> None:
+        """Calls the sink; a failure becomes ``_SinkFailure`` for ``_apply`` to count."""
         try:
             call()
-        except Exception:
-            logger.exception("the usage store rejected %s", what, extra=log_fields)
-            return False
-        return True
+        except Exception as error:
+            raise _SinkFailure(error) from error
 
     # -- pods ----------------------------------------------------------------------------------
 
     def _apply_pod_list(self, items: list[dict[str, Any]]) -> None:
-        present = {uid for uid in (_metadata(item).get("uid") for item in items) if uid}
+        present = {uid for uid in (_metadata(item).get("uid") for item in items)
+                   if isinstance(uid, str) and uid}
         # Forget first: a pod that vanished while we were not watching may have held the very
         # devices a new pod in the list now uses.
         for uid in sorted(self._sink.tracked_pod_uids() - present):
             logger.info("forgetting pod %s: no longer in the cluster", uid, extra={"pod_uid": uid})
-            self._deliver(
-                f"forgetting pod {uid}", functools.partial(self._sink.forget_pod, uid), pod_uid=uid
-            )
+            self._apply(_Who("pod", uid=uid),
+                        functools.partial(self._deliver, functools.partial(self._sink.forget_pod,
+                                                                           uid)))
+        listed: set[str] = set()
         for item in items:
-            if _pod_is_tracked(item):
-                self._record_pod(item)
+            who = _Who.of("pod", item)
+            listed.add(who.key)
+            self._apply(who, functools.partial(self._list_pod, item))
+        self._forget_skipped("pod", listed)
+
+    def _list_pod(self, obj: dict[str, Any]) -> None:
+        if _pod_is_tracked(obj):
+            self._record_pod(obj)
 
     def _apply_pod_event(self, event_type: str, obj: dict[str, Any]) -> None:
         if event_type == "DELETED":
             uid = _metadata(obj).get("uid")
             # A pod the scheduler reserved for but never annotated is also dropped.
-            if uid and (_pod_is_tracked(obj) or uid in self._sink.tracked_pod_uids()):
-                self._deliver(
-                    f"forgetting pod {uid}",
-                    functools.partial(self._sink.forget_pod, uid),
-                    pod_uid=uid,
-                )
+            if isinstance(uid, str) and uid and (
+                _pod_is_tracked(obj) or uid in self._sink.tracked_pod_uids()
+            ):
+                self._deliver(functools.partial(self._sink.forget_pod, uid))
             return
         # HAMi ignores a pod until the scheduler has set hami.io/vgpu-node on it.
         if _pod_is_tracked(obj):
             self._record_pod(obj)
 
     def _record_pod(self, obj: dict[str, Any]) -> None:
-        metadata = _metadata(obj)
-        fields = {
-            "pod_uid": metadata.get("uid"),
-            "pod_namespace": metadata.get("namespace"),
-            "pod_name": metadata.get("name"),
-        }
-        try:
-            pod = kube_pod.parse_pod(obj, self._vendors)
-        except InvalidInputError as error:
-            # Never the pod spec in the log: only who it is and what is wrong.
-            logger.warning(
-                "skipping pod %s/%s (uid %s): %s",
-                fields["pod_namespace"],
-                fields["pod_name"],
-                fields["pod_uid"],
-                error,
-                extra=fields,
-            )
-            return
-        self._deliver(
-            f"pod {pod.key} (uid {pod.uid})",
-            functools.partial(self._sink.record_pod, pod),
-            **fields,
-        )
+        # Raises InvalidInputError for a pod that does not read: _apply logs who it is and
+        # what is wrong, never the pod spec.
+        pod = kube_pod.parse_pod(obj, self._vendors)
+        self._deliver(functools.partial(self._sink.record_pod, pod))
 
     # -- nodes ---------------------------------------------------------------------------------
 
     def _apply_node_list(self, items: list[dict[str, Any]]) -> None:
         registered: set[str] = set()
+        listed: set[str] = set()
         for item in items:
             name = _metadata(item).get("name")
-            if name and kube_node.has_devices(item, self._vendors):
+            if isinstance(name, str) and name and kube_node.has_devices(item, self._vendors):
+                who = _Who.of("node", item)
+                listed.add(who.key)
                 registered.add(name)
-                self._register_node(item, unchanged_ok=False)
+                self._apply(who, functools.partial(self._register_node, item, unchanged_ok=False))
+        self._forget_skipped("node", listed)
         # The sink's own list too: a node deleted while the recorder was down is still in its
         # journal, and this source (new since the restart) never saw it.
         known = set(self._node_registrations) | self._sink.registered_node_names()
         for name in sorted(known - registered):
-            self._forget_node(name)
+            self._apply(_Who("node", name=name), functools.partial(self._forget_node, name))
 
     def _apply_node_event(self, event_type: str, obj: dict[str, Any]) -> None:
         name = _metadata(obj).get("name")
-        if not name:
+        if not isinstance(name, str) or not name:
             return
         annotated = kube_node.has_devices(obj, self._vendors)
         if event_type == "DELETED":
@@ -592,47 +723,48 @@ class KubernetesSource:
         # Nodes are updated often (status, heartbeats); only a new inventory is news.
         if unchanged_ok and self._node_registrations.get(name) == annotation:
             return
-        try:
-            registration = kube_node.parse_node(obj, self._vendors)
-        except InvalidInputError as error:
-            logger.warning("skipping node %s: %s", name, error, extra={"node_name": name})
-            return
-        if self._deliver(
-            f"node {name}",
+        # Raises InvalidInputError for devices that do not read: the node keeps what it had.
+        registration = kube_node.parse_node(obj, self._vendors)
+        self._deliver(
             functools.partial(
                 self._sink.register_node, registration.node_name, registration.devices
-            ),
-            node_name=name,
-        ):
-            self._node_registrations[name] = annotation
+            )
+        )
+        self._node_registrations[name] = annotation
 
     def _forget_node(self, name: str) -> None:
-        self._deliver(
-            f"forgetting node {name}",
-            functools.partial(self._sink.forget_node, name),
-            node_name=name,
-        )
         self._node_registrations.pop(name, None)
+        self._deliver(functools.partial(self._sink.forget_node, name))
 
     # -- resource quotas -----------------------------------------------------------------------
 
     def _apply_quota_list(self, items: list[dict[str, Any]]) -> None:
         quotas: dict[str, dict[str, dict[str, int]]] = {}
+        listed: set[str] = set()
         for item in items:
-            metadata = _metadata(item)
-            namespace, name = metadata.get("namespace"), metadata.get("name")
-            if namespace and name:
-                quotas.setdefault(namespace, {})[name] = quota_limits(item, self._quota_keys)
+            who = _Who.of("resourcequota", item)
+            listed.add(who.key)
+            self._apply(who, functools.partial(self._list_quota, quotas, item))
+        self._forget_skipped("resourcequota", listed)
         # As for nodes: a ResourceQuota deleted while the recorder was down is only in the journal.
         stale = (set(self._quota_sent) | self._sink.quota_namespaces()) - set(quotas)
         self._quotas = quotas
         for namespace in sorted(set(quotas) | stale):
-            self._send_quota(namespace, unchanged_ok=False)
+            self._apply(_Who("resourcequota", namespace=namespace),
+                        functools.partial(self._send_quota, namespace, unchanged_ok=False))
+
+    def _list_quota(
+        self, quotas: dict[str, dict[str, dict[str, int]]], obj: dict[str, Any]
+    ) -> None:
+        metadata = _metadata(obj)
+        namespace, name = metadata.get("namespace"), metadata.get("name")
+        if isinstance(namespace, str) and namespace and isinstance(name, str) and name:
+            quotas.setdefault(namespace, {})[name] = quota_limits(obj, self._quota_keys)
 
     def _apply_quota_event(self, event_type: str, obj: dict[str, Any]) -> None:
         metadata = _metadata(obj)
         namespace, name = metadata.get("namespace"), metadata.get("name")
-        if not namespace or not name:
+        if not (isinstance(namespace, str) and namespace and isinstance(name, str) and name):
             return
         in_namespace = self._quotas.setdefault(namespace, {})
         if event_type == "DELETED":
@@ -647,15 +779,11 @@ class KubernetesSource:
         merged = merge_quota_limits(self._quotas.get(namespace, {}).values())
         if unchanged_ok and self._quota_sent.get(namespace, {}) == merged:
             return
-        if self._deliver(
-            f"quota of namespace {namespace}",
-            functools.partial(self._sink.set_quota, namespace, dict(merged)),
-            quota_namespace=namespace,
-        ):
-            if merged:
-                self._quota_sent[namespace] = merged
-            else:
-                self._quota_sent.pop(namespace, None)
+        self._deliver(functools.partial(self._sink.set_quota, namespace, dict(merged)))
+        if merged:
+            self._quota_sent[namespace] = merged
+        else:
+            self._quota_sent.pop(namespace, None)
 
 
 def _new_watch() -> Any:

@@ -1,4 +1,5 @@
-"""Prometheus metrics only the usage recorder serves: its ledger totals and journal writes.
+"""Prometheus metrics only the usage recorder serves: its ledger totals, journal writes and the
+objects its Kubernetes source skipped.
 
 Layer: services/usage (runtime). Defined here rather than in ``services.common.metrics`` so
 that they are registered only in the recorder's process: the admission and scheduler daemons
@@ -16,6 +17,8 @@ __all__ = [
     "LEDGER_CORES_USED",
     "LEDGER_MEMORY_USED",
     "LEDGER_SCOPES",
+    "SOURCE_SKIPPED_OBJECTS",
+    "SOURCE_SKIPS",
     "observe_journal_write",
     "remove_ledger_total",
     "set_ledger_total",
@@ -37,6 +40,20 @@ JOURNAL_WRITE = prometheus_client.Histogram(
     "hami_accounting_journal_write_seconds",
     "Time to write and commit one change to the usage recorder's journal.",
     buckets=_JOURNAL_BUCKETS_S,
+)
+
+SOURCE_SKIPS = prometheus_client.Counter(
+    "hami_accounting_source_skips",
+    "Objects the recorder's Kubernetes source skipped instead of applying, by kind (pod, node, "
+    "resourcequota) and reason (unreadable: refused by its reader; refused: refused by the "
+    "store; failed: any other error). The log line of each names the object.",
+    ["kind", "reason"],
+)
+SOURCE_SKIPPED_OBJECTS = prometheus_client.Gauge(
+    "hami_accounting_source_skipped_objects",
+    "Objects the recorder's Kubernetes source skipped and has not applied since, by kind: "
+    "they count as they were last applied (or not at all) until they are read again or deleted.",
+    ["kind"],
 )
 
 LEDGER_SCOPES = ("node", "namespace")

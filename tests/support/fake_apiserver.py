@@ -12,6 +12,7 @@ Test API: ``add/update/delete/get`` mutate the store as a controller would; ``co
 forgets the event log so that older watches get 410; ``suspend_watches()`` parks new watch
 requests (and ends open ones) so changes can happen "while the watcher is disconnected";
 ``send_bookmarks()`` makes every bookmark-enabled watch emit the current resourceVersion;
+``send_raw_watch_line()`` streams a line as is (a damaged event no real server sends);
 ``requests`` records every request for assertions.
 """
 
@@ -138,6 +139,8 @@ class _Event:
     namespace: str
     event_type: str
     obj: dict[str, Any]
+    raw: bytes | None = None
+    """Sent instead of the event's JSON when set (``send_raw_watch_line``)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -268,6 +271,17 @@ class FakeApiServer:
             for watch in self._watches:
                 watch.bookmark_requested = True
             self._cond.notify_all()
+
+    def send_raw_watch_line(self, kind: str, line: bytes, namespace: str = "") -> int:
+        """Streams ``line`` (anything, JSON or not) to the watches of ``kind`` as the next
+        event, at a new resourceVersion it returns; a watch resumed from before it gets it
+        again. No object changes: a list does not show it."""
+        resource = _resource_for(kind)
+        with self._cond:
+            rv = self._next_resource_version()
+            self._events.append(_Event(rv, resource.plural, namespace, "RAW", {}, raw=line))
+            self._cond.notify_all()
+            return rv
 
     def suspend_watches(self) -> None:
         """Ends every open watch and parks new watch requests until resume_watches()."""
@@ -594,7 +608,10 @@ class FakeApiServer:
                 elif bookmark_rv is not None:
                     state.sent_through = bookmark_rv
             for event in pending:
-                _send_chunk(handler, {"type": event.event_type, "object": event.obj})
+                if event.raw is not None:
+                    _send_raw_chunk(handler, event.raw)
+                else:
+                    _send_chunk(handler, {"type": event.event_type, "object": event.obj})
             if bookmark_rv is not None:
                 bookmark = {
                     "kind": resource.kind,
@@ -656,6 +673,12 @@ def _start_chunked(handler: BaseHTTPRequestHandler) -> None:
 
 def _send_chunk(handler: BaseHTTPRequestHandler, event: Mapping[str, Any]) -> None:
     data = json.dumps(event).encode() + b"\n"
+    handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+    handler.wfile.flush()
+
+
+def _send_raw_chunk(handler: BaseHTTPRequestHandler, line: bytes) -> None:
+    data = line + b"\n"
     handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
     handler.wfile.flush()
 

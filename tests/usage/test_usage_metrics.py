@@ -18,6 +18,8 @@ USAGE_ONLY = (
     "hami_accounting_ledger_memory_used_mib",
     "hami_accounting_ledger_cores_used",
     "hami_accounting_journal_write_seconds",
+    "hami_accounting_source_skips_total",
+    "hami_accounting_source_skipped_objects",
 )
 
 
