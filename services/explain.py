@@ -94,6 +94,9 @@ def load_manifest(text: str, source: str) -> Json:
             documents = [d for d in yaml.safe_load_all(text) if d is not None]
         except yaml.YAMLError as error:
             raise ManifestError(f"not valid YAML ({_one_line(str(error))})") from None
+        except ValueError:
+            # PyYAML reads an integer with int(), which refuses more than 4,300 digits.
+            raise ManifestError("not valid YAML (a number of thousands of digits)") from None
     if not documents:
         raise ManifestError("holds no document; expected one Pod")
     if len(documents) > 1:

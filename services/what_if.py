@@ -101,6 +101,9 @@ def _documents(text: str, source: str) -> Iterator[SourcedObject]:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as error:
         raise InputError(f"{source}: not valid YAML ({' '.join(str(error).split())})") from None
+    except ValueError:
+        # PyYAML reads an integer with int(), which refuses more than 4,300 digits.
+        raise InputError(f"{source}: not valid YAML (a number of thousands of digits)") from None
     except RecursionError:
         raise InputError(f"{source}: not valid YAML (nested too deeply)") from None
     for index, document in enumerate(documents):

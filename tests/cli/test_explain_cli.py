@@ -323,6 +323,7 @@ def test_bad_allocation_annotation_names_the_field() -> None:
     [
         ("{not json", "not valid JSON"),
         ("a: [unclosed", "not valid YAML"),
+        ("a: " + "9" * 5000, "not valid YAML (a number of thousands of digits)"),
         ("", "holds no document"),
         ("kind: Pod\n---\nkind: Pod\n", "holds 2 documents"),
         ("- just\n- a list\n", "must be a Pod object"),
