@@ -12,7 +12,9 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /src
 RUN python -m venv /opt/venv
 # The build context is an allow-list (.dockerignore): the package sources, gen/ and metadata only.
-COPY pyproject.toml README.md ./
+# LICENSE is pyproject's license-files: without it the wheel, and so the image, ships no licence
+# (the installed package's dist-info/licenses/LICENSE).
+COPY pyproject.toml README.md LICENSE ./
 COPY accounting/ accounting/
 COPY services/ services/
 COPY gen/ gen/

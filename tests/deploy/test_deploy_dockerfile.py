@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,3 +140,36 @@ def test_build_context_allow_list_covers_what_the_builder_copies(stages: list[St
     # The wheel is built from these packages (pyproject's package discovery).
     assert {"accounting", "services", "gen", "pyproject.toml"} <= allowed
     assert Path(REPO_ROOT / "gen" / "hami").is_dir()
+
+
+def test_the_image_ships_the_licence(stages: list[Stage], tmp_path: Path) -> None:
+    # The builder stage as Docker runs it, minus Docker: exactly the files it copies, then the
+    # same `pip wheel`. The final stage copies the venv the wheel is installed into, so the
+    # wheel's dist-info/licenses/LICENSE is the licence the image carries.
+    source = tmp_path / "src"
+    source.mkdir()
+    for copy in stages[0].all("COPY"):
+        *sources, destination = copy.split()
+        for name in sources:
+            origin = REPO_ROOT / name.rstrip("/")
+            target = source / (destination if destination not in ("./", ".") else origin.name)
+            if origin.is_dir():
+                shutil.copytree(origin, target, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy(origin, target)
+    assert (source / "LICENSE").is_file(), "the builder stage does not copy LICENSE"
+    wheels = tmp_path / "wheels"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--disable-pip-version-check", "--wheel-dir", str(wheels), str(source)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = wheels.glob("hami_accounting-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        licences = [n for n in archive.namelist() if ".dist-info/licenses/" in n]
+        assert [n.rsplit("/", 1)[-1] for n in licences] == ["LICENSE"]
+        assert archive.read(licences[0]) == (REPO_ROOT / "LICENSE").read_bytes()
+        metadata = archive.read(next(n for n in archive.namelist() if n.endswith("/METADATA")))
+    assert b"License-File: LICENSE" in metadata
+    assert b"License-Expression: Apache-2.0" in metadata
