@@ -40,12 +40,14 @@ test:
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
 
 # Regenerates gen/ and clients/go/accountingv1 into a temporary folder and fails on any
-# difference, then lints. The Go code is generated with Debian's protoc and plugins, so the
+# difference, checks that the webhook's matchConditions and the chart's vendor file follow the
+# vendor table, then lints. The Go code is generated with Debian's protoc and plugins, so the
 # Debian packages are checked (and installed, as root) first, as for make test.
 verify:
 	@$(MAKE) --no-print-directory system-setup
 	@$(MAKE) --no-print-directory $(STAMP)
 	$(PY) scripts/gen_protos.py --check
+	$(PY) scripts/gen_webhook_match.py --check
 	$(MAKE) lint
 
 proto: $(STAMP)

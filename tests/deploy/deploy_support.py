@@ -27,6 +27,7 @@ DAEMON_PORTS = {
     "usage": (50053, 9103),
 }
 WEBHOOK_PORT = 8443
+QUOTA_WEBHOOK = "quota.accounting.hami.io"
 
 # kind -> namespaced? Every kind deploy/ ships: a new kind must be added here (the namespace
 # test looks each object's kind up), so nobody adds one without deciding where it lives.
@@ -53,15 +54,7 @@ Obj = dict[str, Any]
 
 def load_renderer() -> ModuleType:
     """scripts/validate_manifests.py as a module (scripts/ is not a package)."""
-    name = "validate_manifests"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("validate_manifests")
 
 
 def kubectl() -> str:
@@ -121,3 +114,102 @@ def find(objects: list[Obj], kind: str, name: str) -> Obj:
     matches = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
     assert len(matches) == 1, f"expected one {kind}/{name}, found {len(matches)}"
     return matches[0]
+
+
+def load_script(name: str) -> ModuleType:
+    """scripts/<name>.py as a module (scripts/ is not a package)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def recorder_vendors(objects: list[Obj]) -> tuple[str, ...]:
+    """The vendor keywords the rendered recorder accounts, read by the recorder's own config."""
+    from services.usage.config import UsageConfig
+
+    recorder = next(w for w in workloads(objects) if daemon_of(w) == "usage")
+    env = env_of(the_container(recorder))
+    vendors = env.get("HAMI_ACCOUNTING_VENDORS")
+    settings = {} if vendors is None else {"HAMI_ACCOUNTING_VENDORS": vendors}
+    return UsageConfig.from_env(settings).vendors
+
+
+class MatchCondition:
+    """A webhook's CEL matchCondition, compiled and run by CEL's C++ implementation
+    (cel-expr-python), with the pod as ``object`` the way the API server binds it."""
+
+    def __init__(self, expression: str) -> None:
+        from cel_expr_python import cel  # dev extra
+
+        self.expression = expression
+        self._compiled = cel.NewEnv(variables={"object": cel.Type.DYN}).compile(expression)
+
+    def matches(self, pod: Obj) -> bool:
+        result = self._compiled.eval(data={"object": pod}).value()
+        assert isinstance(result, bool), f"the condition gave {result!r}, not a bool"
+        return result
+
+
+def webhook_condition(objects: list[Obj]) -> MatchCondition:
+    """The one matchCondition of the quota webhook (quota.accounting.hami.io)."""
+    (config,) = [o for o in objects if o["kind"] == "ValidatingWebhookConfiguration"]
+    (webhook,) = [w for w in config["webhooks"] if w["name"] == QUOTA_WEBHOOK]
+    (condition,) = webhook["matchConditions"]
+    return MatchCondition(condition["expression"])
+
+
+def condition_problems(condition: MatchCondition, accounted: tuple[str, ...]) -> list[str]:
+    """What is wrong with a webhook condition for a recorder accounting ``accounted``.
+
+    Every resource name of every accounted vendor must send the pod to the webhook, whether an
+    init container or a container names it, in limits or in requests only; a vendor whose
+    resources share no prefix with an accounted one, and a pod with no device resource at
+    all, must not be sent.
+    """
+    match = load_script("gen_webhook_match")
+    specs = match.table()
+    accounted_prefixes = match.policy_prefixes(accounted)
+    problems = []
+
+    def pods(resource: str) -> list[tuple[str, Obj]]:
+        quantity = {resource: "1"}
+        return [
+            ("a container's limits", {"spec": {"containers": [
+                {"name": "app", "resources": {"limits": quantity}}]}}),
+            ("an init container's limits", {"spec": {
+                "initContainers": [{"name": "init", "resources": {"limits": quantity}}],
+                "containers": [{"name": "app"}]}}),
+            ("a sidecar's requests only", {"spec": {
+                "initContainers": [{"name": "side", "restartPolicy": "Always",
+                                    "resources": {"requests": quantity}}],
+                "containers": [{"name": "app", "resources": {"limits": {"cpu": "1"}}}]}}),
+        ]
+
+    for spec in specs:
+        for resource in match.resource_names(spec):
+            sent = spec.vendor in accounted
+            shares = match.prefix_of(resource) in accounted_prefixes
+            for where, pod in pods(resource):
+                got = condition.matches(pod)
+                if sent and not got:
+                    problems.append(f"{spec.vendor} is accounted but {resource} in {where} "
+                                    "is not sent to the webhook")
+                if not shares and got:
+                    problems.append(f"{spec.vendor} is not accounted but {resource} in "
+                                    f"{where} is sent to the webhook")
+    for where, pod in [
+        ("no resources", {"spec": {"containers": [{"name": "app"}]}}),
+        ("cpu and memory only", {"spec": {
+            "initContainers": [{"name": "init", "resources": {"requests": {"cpu": "1"}}}],
+            "containers": [{"name": "app", "resources": {"limits": {"memory": "1Gi"}}}]}}),
+        ("another vendor's device", {"spec": {"containers": [
+            {"name": "app", "resources": {"limits": {"example.com/fpga": "1"}}}]}}),
+    ]:
+        if condition.matches(pod):
+            problems.append(f"a pod with {where} is sent to the webhook")
+    return problems

@@ -91,6 +91,6 @@ def test_variable_is_read_by_the_daemon_it_is_set_on(daemon: str, name: str) -> 
 @pytest.mark.parametrize("daemon", ["admission", "scheduler"])
 def test_the_accounting_policy_is_set_on_the_recorder_only(daemon: str) -> None:
     # One policy (docs/design.md): the other daemons take it from the recorder and refuse it.
-    policy = {f"{PREFIX}MEMORY_FACTOR", f"{PREFIX}ENFORCE_GPU_COUNT"}
+    policy = {f"{PREFIX}MEMORY_FACTOR", f"{PREFIX}ENFORCE_GPU_COUNT", f"{PREFIX}VENDORS"}
     assert not BY_DAEMON[daemon] & policy
     assert policy <= BY_DAEMON["usage"]

@@ -27,12 +27,16 @@ from deploy_support import (
     NAMESPACE,
     RUN_AS_USER,
     WEBHOOK_PORT,
+    condition_problems,
     daemon_of,
     env_of,
     find,
     kubectl,
     load_renderer,
+    load_script,
+    recorder_vendors,
     the_container,
+    webhook_condition,
     workloads,
 )
 
@@ -47,6 +51,27 @@ class Variant:
     jaeger: bool = False
     tls: bool = False
     extra_kustomization: str | None = None  # written to `path` when set
+    extra_files: tuple[tuple[str, str], ...] = ()  # (name, text) beside it
+
+
+# The recorder accounting every vendor, and the webhook following it as docs/deploy.md says:
+# the recorder's variable by a strategic-merge patch, the webhook by the patch that
+# scripts/gen_webhook_match.py --overlay-patch prints.
+ALL_VENDORS_RECORDER = """\
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: hami-accounting-usage
+  namespace: hami-system
+spec:
+  template:
+    spec:
+      containers:
+        - name: usage
+          env:
+            - name: HAMI_ACCOUNTING_VENDORS
+              value: all
+"""
 
 
 VARIANTS = [
@@ -72,6 +97,21 @@ VARIANTS = [
         namespace="gpu-accounting",
         extra_kustomization="namespace: gpu-accounting\nresources: [../../base]\n",
     ),
+    Variant(
+        "every vendor accounted, the webhook following",
+        "overlays/test-all-vendors",
+        extra_kustomization=(
+            "resources: [../../base]\n"
+            "patches:\n"
+            "- path: recorder-vendors.yaml\n"
+            "- path: webhook-vendors.yaml\n"
+            "  target: {kind: ValidatingWebhookConfiguration, name: hami-accounting-admission}\n"
+        ),
+        extra_files=(
+            ("recorder-vendors.yaml", ALL_VENDORS_RECORDER),
+            ("webhook-vendors.yaml", load_script("gen_webhook_match").overlay_patch("all")),
+        ),
+    ),
 ]
 VARIANT_IDS = [v.name for v in VARIANTS]
 
@@ -86,6 +126,8 @@ def deploy_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
             directory = root / variant.path
             directory.mkdir(parents=True)
             (directory / "kustomization.yaml").write_text(variant.extra_kustomization)
+            for name, text in variant.extra_files:
+                (directory / name).write_text(text)
     return root
 
 
@@ -439,8 +481,8 @@ def test_validating_webhook_targets_the_admission_endpoint(
         "port": WEBHOOK_PORT,
     }
     assert "caBundle" in webhook["clientConfig"]
-    (condition,) = webhook["matchConditions"]
-    assert "nvidia.com/" in condition["expression"]
+    # Pods naming any resource of a vendor the recorder accounts are sent, and only those.
+    assert condition_problems(webhook_condition(objects), recorder_vendors(objects)) == []
     # The guard of the scheduler-owned annotations: the same endpoint, CREATE and UPDATE.
     for key in ("admissionReviewVersions", "sideEffects", "failurePolicy", "timeoutSeconds",
                 "clientConfig", "namespaceSelector"):
@@ -536,6 +578,24 @@ def test_tls_component_mounts_the_mutual_tls_secret_everywhere(
         assert env["HAMI_ACCOUNTING_TLS_CERT_FILE"] == f"{directory}/tls.crt"
         assert env["HAMI_ACCOUNTING_TLS_KEY_FILE"] == f"{directory}/tls.key"
         assert env["HAMI_ACCOUNTING_TLS_CA_FILE"] == f"{directory}/ca.crt"
+
+
+def test_a_recorder_accounting_other_vendors_under_the_bases_webhook_is_caught(
+    deploy_copy: Path,
+) -> None:
+    # An overlay that changes the recorder's vendors and forgets the webhook: pods of the
+    # vendors it added would bypass the quota.
+    overlay = deploy_copy / "overlays" / "test-forgotten-webhook"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "resources: [../../base]\npatches:\n- path: recorder-vendors.yaml\n"
+    )
+    (overlay / "recorder-vendors.yaml").write_text(ALL_VENDORS_RECORDER)
+    objects = renderer.render(overlay)
+    problems = condition_problems(webhook_condition(objects), recorder_vendors(objects))
+    assert "Ascend910A is accounted but huawei.com/Ascend910A in a container's limits is not " \
+        "sent to the webhook" in problems
+    assert any(p.startswith("BI-V100 is accounted") for p in problems)
 
 
 def test_example_overlay_takes_the_image_from_a_registry(
