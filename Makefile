@@ -41,13 +41,15 @@ test:
 
 # Regenerates gen/ and clients/go/accountingv1 into a temporary folder and fails on any
 # difference, checks that the webhook's matchConditions and the chart's vendor file follow the
-# vendor table, then lints. The Go code is generated with Debian's protoc and plugins, so the
-# Debian packages are checked (and installed, as root) first, as for make test.
+# vendor table and the chart's values table its schema, then lints. The Go code is generated
+# with Debian's protoc and plugins, so the Debian packages are checked (and installed, as root)
+# first, as for make test.
 verify:
 	@$(MAKE) --no-print-directory system-setup
 	@$(MAKE) --no-print-directory $(STAMP)
 	$(PY) scripts/gen_protos.py --check
 	$(PY) scripts/gen_webhook_match.py --check
+	$(PY) scripts/gen_chart_docs.py --check
 	$(MAKE) lint
 
 proto: $(STAMP)

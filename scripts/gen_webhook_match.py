@@ -7,10 +7,10 @@ Those prefixes come from ``accounting/vendors.py`` and nowhere else:
 
 * ``deploy/base/webhook.yaml``: the condition for the policy of ``deploy/base`` (the
   ``default`` vendors), between the ``BEGIN generated`` and ``END generated`` lines;
-* ``charts/hami-accounting/files/vendors.yaml``: every vendor family (HAMi's ``devices.<name>``)
-  with its keywords, whether HAMi's chart schedules it without a flag, and its prefixes, plus
-  the condition with a ``PREFIXES`` placeholder; the chart's templates fill it in for the
-  families ``devices.<name>.enabled`` turns on.
+* ``charts/hami-accounting/files/vendors.yaml``: every vendor family (HAMi's
+  ``devices.<name>``), in the table's order, with its keywords, whether HAMi's chart schedules
+  it without a flag, and its prefixes, plus the condition with a ``PREFIXES`` placeholder; the
+  chart's templates fill it in for the families ``devices.<name>.enabled`` turns on.
 
 A vendor added to the table without rerunning this leaves both stale: ``--check`` (run by
 ``make verify`` and tests/deploy) then fails and names the file.
@@ -224,7 +224,7 @@ def render_chart_vendors() -> str:
     ]
     for family in families():
         out += [
-            f"  {family.name}:",
+            f"  - name: {family.name}",
             f"    enabledByDefault: {str(family.enabled_by_default).lower()}",
             f"    keywords: {_yaml_list(family.keywords)}",
             f"    prefixes: {_yaml_list(family.prefixes)}",

@@ -9,6 +9,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import yaml
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_DIR = REPO_ROOT / "deploy"
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
@@ -213,3 +215,29 @@ def condition_problems(condition: MatchCondition, accounted: tuple[str, ...]) ->
         if condition.matches(pod):
             problems.append(f"a pod with {where} is sent to the webhook")
     return problems
+
+
+CHART_DIR = REPO_ROOT / "charts" / "hami-accounting"
+RELEASE = "hami-accounting"
+NOTES = "NOTES.txt"
+
+
+def render_chart(
+    values: dict[str, Any] | None = None, *, release: str = RELEASE, namespace: str = NAMESPACE
+) -> dict[str, str]:
+    """charts/hami-accounting rendered by Helm's own engine, as scripts/validate_manifests.py
+    renders it: template path -> text. Helm's errors (schema, `fail`) are raised as they are."""
+    return dict(
+        load_renderer().render_chart_manifests(
+            CHART_DIR, values, release=release, namespace=namespace
+        )
+    )
+
+
+def chart_objects(manifests: dict[str, str]) -> list[Obj]:
+    """The Kubernetes objects of a render (NOTES.txt is text for the user, not an object)."""
+    objects: list[Obj] = []
+    for path, text in sorted(manifests.items()):
+        if not path.endswith(NOTES):
+            objects += [obj for obj in yaml.safe_load_all(text) if obj]
+    return objects

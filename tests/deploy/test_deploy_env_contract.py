@@ -12,15 +12,18 @@ from pathlib import Path
 import pytest
 import yaml
 from deploy_support import (
+    CHART_DIR,
     COMPOSE_FILE,
     DAEMON_PORTS,
     DEPLOY_DIR,
     DOCKERFILE,
     DOCS_DEPLOY,
     REPO_ROOT,
+    chart_objects,
     daemon_of,
     env_of,
     load_renderer,
+    render_chart,
     the_container,
     workloads,
 )
@@ -29,12 +32,27 @@ PREFIX = "HAMI_ACCOUNTING_"
 MENTIONED = re.compile(rf"\b{PREFIX}[A-Z_]+")
 
 
+# The chart's defaults, and every option that sets variables (metrics off sets one to "off").
+CHART_VALUES = [
+    {},
+    {
+        "tls": {"enabled": True},
+        "tracing": {"otlpEndpoint": "http://collector:4317", "sampler": "always_on",
+                    "samplerArg": "1"},
+    },
+]
+
+
 def variables_by_daemon() -> dict[str, set[str]]:
-    """daemon -> names set on it by the kustomizations (all components) and compose."""
+    """daemon -> names set on it by the kustomizations (all components), the chart and
+    compose."""
     renderer = load_renderer()
     names: dict[str, set[str]] = {daemon: set() for daemon in DAEMON_PORTS}
     for directory in renderer.find_kustomizations(DEPLOY_DIR):
         for workload in workloads(renderer.render(directory)):
+            names[daemon_of(workload)] |= set(env_of(the_container(workload)))
+    for values in CHART_VALUES:
+        for workload in workloads(chart_objects(render_chart(values))):
             names[daemon_of(workload)] |= set(env_of(the_container(workload)))
     compose = yaml.safe_load(COMPOSE_FILE.read_text())
     for daemon in DAEMON_PORTS:
@@ -45,7 +63,8 @@ def variables_by_daemon() -> dict[str, set[str]]:
 def variables_mentioned() -> set[str]:
     """Every HAMI_ACCOUNTING_ name in the artefacts, comments included."""
     names = set(MENTIONED.findall(COMPOSE_FILE.read_text() + DOCKERFILE.read_text()))
-    for path in DEPLOY_DIR.rglob("*.yaml"):
+    for path in [*DEPLOY_DIR.rglob("*.yaml"), *CHART_DIR.rglob("*.yaml"),
+                 *CHART_DIR.rglob("*.tpl"), *CHART_DIR.rglob("*.txt")]:
         names |= set(MENTIONED.findall(path.read_text()))
     return names
 
