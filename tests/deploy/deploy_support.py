@@ -142,19 +142,22 @@ def recorder_vendors(objects: list[Obj]) -> tuple[str, ...]:
 
 
 class MatchCondition:
-    """A webhook's CEL matchCondition, compiled and run by CEL's C++ implementation
-    (cel-expr-python), with the pod as ``object`` the way the API server binds it."""
+    """A webhook's CEL matchCondition, compiled and run by a CEL interpreter (cel-python), with
+    the pod as ``object`` the way the API server binds it."""
 
     def __init__(self, expression: str) -> None:
-        from cel_expr_python import cel  # dev extra
+        import celpy  # dev extra
 
         self.expression = expression
-        self._compiled = cel.NewEnv(variables={"object": cel.Type.DYN}).compile(expression)
+        environment = celpy.Environment()
+        self._program = environment.program(environment.compile(expression))
+        self._to_cel = celpy.json_to_cel
+        self._bool = celpy.celtypes.BoolType
 
     def matches(self, pod: Obj) -> bool:
-        result = self._compiled.eval(data={"object": pod}).value()
-        assert isinstance(result, bool), f"the condition gave {result!r}, not a bool"
-        return result
+        result = self._program.evaluate({"object": self._to_cel(pod)})
+        assert isinstance(result, self._bool), f"the condition gave {result!r}, not a bool"
+        return bool(result)
 
 
 def webhook_condition(objects: list[Obj]) -> MatchCondition:

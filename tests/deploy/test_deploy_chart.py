@@ -165,6 +165,11 @@ VALUE_SETS = [
         namespace="gpu-accounting",
     ),
     ValueSet("metrics off", {"metrics": {"enabled": False}}),
+    ValueSet(
+        "no webhook at all",
+        {"admission": {"admissionWebhook": {"enabled": False},
+                       "annotationWebhook": {"enabled": False}}},
+    ),
 ]
 VALUE_SET_IDS = [v.name for v in VALUE_SETS]
 
@@ -450,19 +455,34 @@ def test_every_vendor_accounted_installs_the_all_vendors_overlay(
 # --- what each option renders --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value_set", VALUE_SETS, ids=VALUE_SET_IDS)
+def test_without_either_webhook_the_endpoint_is_not_served(
+    rendered: dict[str, dict[str, str]],
+) -> None:
+    objects = objects_of(rendered, next(v for v in VALUE_SETS if v.name == "no webhook at all"))
+    assert [o for o in objects if o["kind"] == "ValidatingWebhookConfiguration"] == []
+    admission = find(objects, "Deployment", f"{IMAGE_NAME}-admission")
+    assert "HAMI_ACCOUNTING_WEBHOOK_ADDR" not in env_of(the_container(admission))
+    service = find(objects, "Service", f"{IMAGE_NAME}-admission")
+    assert "webhook" not in {p["name"] for p in service["spec"]["ports"]}
+
+
+WITH_WEBHOOK = [v for v in VALUE_SETS if v.name != "no webhook at all"]
+
+
+@pytest.mark.parametrize("value_set", WITH_WEBHOOK, ids=[v.name for v in WITH_WEBHOOK])
 def test_the_webhook_sends_the_pods_of_exactly_the_vendors_the_recorder_accounts(
     value_set: ValueSet, rendered: dict[str, dict[str, str]]
 ) -> None:
     objects = objects_of(rendered, value_set)
-    webhooks = [o for o in objects if o["kind"] == "ValidatingWebhookConfiguration"]
+    (config,) = [o for o in objects if o["kind"] == "ValidatingWebhookConfiguration"]
+    names = [w["name"] for w in config["webhooks"]]
     if not value_set.values.get("admission", {}).get("admissionWebhook", {}).get("enabled", True):
-        assert webhooks == []
+        # HAMi's webhook checks the quota; the annotation guard stays, and so the endpoint.
+        assert names == ["annotations.accounting.hami.io"]
         admission = find(objects, "Deployment", name_of(value_set, "admission"))
-        assert "HAMI_ACCOUNTING_WEBHOOK_ADDR" not in env_of(the_container(admission))
-        service = find(objects, "Service", name_of(value_set, "admission"))
-        assert "webhook" not in {p["name"] for p in service["spec"]["ports"]}
+        assert env_of(the_container(admission))["HAMI_ACCOUNTING_WEBHOOK_ADDR"] == "0.0.0.0:8443"
         return
+    assert names == ["quota.accounting.hami.io", "annotations.accounting.hami.io"]
     assert condition_problems(webhook_condition(objects), recorder_vendors(objects)) == []
 
 
@@ -584,7 +604,9 @@ def test_another_release_and_namespace_is_named_and_gated_by_them(
     for obj in objects:
         assert obj["metadata"]["labels"]["team"] == "gpu"
     (config,) = [o for o in objects if o["kind"] == "ValidatingWebhookConfiguration"]
-    (webhook,) = config["webhooks"]
+    webhook, guard = config["webhooks"]
+    assert guard["namespaceSelector"] == webhook["namespaceSelector"]
+    assert "objectSelector" not in guard  # no pod label bypasses the annotation guard
     assert webhook["failurePolicy"] == "Ignore"
     assert webhook["clientConfig"]["service"]["namespace"] == "gpu-accounting"
     assert webhook["clientConfig"]["caBundle"] == "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="

@@ -2,8 +2,8 @@
 
 scripts/gen_webhook_match.py writes the condition into deploy/base/webhook.yaml and the vendor
 families into the chart's files/vendors.yaml from accounting/vendors.py; these tests hold both to
-the table and run the condition itself with a CEL implementation (cel-expr-python, CEL's C++
-runtime), so a vendor the recorder accounts can never bypass the quota by not being sent.
+the table and run the condition itself with a CEL interpreter (cel-python), so a vendor the
+recorder accounts can never bypass the quota by not being sent.
 """
 
 from __future__ import annotations

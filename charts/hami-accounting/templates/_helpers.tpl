@@ -123,6 +123,13 @@ imagePullSecrets:
 {{- end -}}
 
 {{/* The cert-manager Certificate of the webhook (its CA is injected into the webhook). */}}
+{{/* "true" when the admission daemon serves AdmissionReview: either webhook is on. */}}
+{{- define "hami-accounting.webhookServed" -}}
+{{- if or .Values.admission.admissionWebhook.enabled .Values.admission.annotationWebhook.enabled -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{- define "hami-accounting.webhookCertificate" -}}
 {{- printf "%s-webhook" (include "hami-accounting.daemon" (list . "admission")) -}}
 {{- end -}}
@@ -211,7 +218,7 @@ default
 {{- if and .Values.prometheus.serviceMonitor.enabled (not .Values.metrics.enabled) -}}
 {{- fail "prometheus.serviceMonitor.enabled=true needs metrics.enabled=true: there would be nothing to scrape" -}}
 {{- end -}}
-{{- if and .Values.admission.admissionWebhook.enabled (not .Values.certManager.enabled) .Values.admission.admissionWebhook.caBundle -}}
+{{- if and (include "hami-accounting.webhookServed" .) (not .Values.certManager.enabled) .Values.admission.admissionWebhook.caBundle -}}
 {{- if not (regexMatch "^[A-Za-z0-9+/]+=*$" .Values.admission.admissionWebhook.caBundle) -}}
 {{- fail "admission.admissionWebhook.caBundle must be the base64 of the PEM CA (base64 -w0 ca.crt), on one line" -}}
 {{- end -}}
@@ -295,7 +302,7 @@ ports:
   - name: grpc
     containerPort: {{ include "hami-accounting.grpcPort" $daemon }}
     protocol: TCP
-  {{- if and (eq $daemon "admission") $root.Values.admission.admissionWebhook.enabled }}
+  {{- if and (eq $daemon "admission") (include "hami-accounting.webhookServed" $root) }}
   - name: webhook
     containerPort: 8443
     protocol: TCP
@@ -436,7 +443,7 @@ spec:
       port: {{ include "hami-accounting.grpcPort" $daemon }}
       targetPort: grpc
       protocol: TCP
-    {{- if and (eq $daemon "admission") $root.Values.admission.admissionWebhook.enabled }}
+    {{- if and (eq $daemon "admission") (include "hami-accounting.webhookServed" $root) }}
     - name: webhook
       port: 8443
       targetPort: webhook
