@@ -39,6 +39,7 @@ from accounting.validate import (
     check_integer_text,
     check_json_integer,
     check_wire_text,
+    decode_json,
     json_kind,
     quote,
 )
@@ -209,13 +210,7 @@ def decode_node_register(
             ``annotations["hami.io/node-nvidia-register"][2].devmem: must be a non-negative
             integer``.
     """
-    try:
-        document: object = numbers.json_loads(value)
-    except ValueError as error:
-        raise InvalidInputError.single(path, _json_error_message(value, error)) from None
-    except RecursionError:
-        # json.loads recurses per nesting level; hostile input can nest deeper than the stack.
-        raise InvalidInputError.single(path, "not valid JSON (nested too deeply)") from None
+    document = decode_json(value, path, invalid=lambda error: _json_error_message(value, error))
     if document is None:
         return ()
     document = bounded_json_array(

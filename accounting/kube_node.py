@@ -28,6 +28,7 @@ from accounting.validate import (
     check_device_id,
     check_integer_text,
     check_json_integer,
+    decode_json,
     json_kind,
     json_object,
     quote,
@@ -377,11 +378,7 @@ def _enflame_devices(
     """Enflame's ``enflame.com/gcu-drs-capacity``: ``{"devices": [{"index", "minor",
     "capacity"}], "profiles": {"<slices>g.<GB>gb": "<id>"}}``; each device offers every
     profile, with ``capacity`` slices and the largest profile's memory."""
-    try:
-        document = numbers.json_loads(value)
-    except (ValueError, RecursionError):
-        raise InvalidInputError.single(path, "must be a JSON object with devices and profiles") \
-            from None
+    document = decode_json(value, path, invalid="must be a JSON object with devices and profiles")
     if not isinstance(document, dict):
         raise InvalidInputError.single(path, f"must be a JSON object, got {json_kind(document)}")
     profiles = document.get("profiles")
@@ -481,10 +478,7 @@ def _drs_shapes(
 
 
 def _json_array(value: str, path: str) -> list[Any]:
-    try:
-        document = numbers.json_loads(value)
-    except (ValueError, RecursionError):
-        raise InvalidInputError.single(path, "must be a JSON array of devices") from None
+    document = decode_json(value, path, invalid="must be a JSON array of devices")
     if document is None:
         return []
     document = bounded_json_array(

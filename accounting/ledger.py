@@ -341,8 +341,13 @@ class Ledger:
             self._check_grants_on_node(pod)
             pod = self._close_unknown_instances(pod, pod.node_name)
         decision = decide(pod, previous, progressive_release=self.progressive_release)
+        revision = self.revision
         change = self._apply(previous, decision.stored)
-        overcommitted = self._overcommitted(decision.stored) if change.changed else ()
+        try:
+            overcommitted = self._overcommitted(decision.stored) if change.changed else ()
+        except BaseException:
+            self.undo(change, revision)
+            raise
         return RecordOutcome(
             decision.decision, decision.message, decision.stored, change, overcommitted
         )
@@ -399,8 +404,13 @@ class Ledger:
         """The pod was deleted: releases exactly what is stored for it (shrunk or not), forgets
         it, and writes its tombstone, which refuses RecordPod and Reserve from then on."""
         before = self._pods.get(uid)
+        revision = self.revision
         change = self._apply(before, None)
-        tombstone = self._bury(uid, reservable=False)
+        try:
+            tombstone = self._bury(uid, reservable=False)
+        except BaseException:
+            self.undo(change, revision)
+            raise
         return change if tombstone is None else LedgerChange(before, None, tombstone)
 
     def stored_revision(self, uid: str) -> int:
@@ -445,6 +455,18 @@ class Ledger:
             f"released {_describe(before.usage)} on {before.node_name}",
             change,
         )
+
+    def undo(self, change: LedgerChange, revision: int) -> None:
+        """Puts back what ``change`` replaced, tombstone included, and the ledger's revision
+        as it was (``revision``): for a change that was never acknowledged (its journal write,
+        or anything after it was applied, failed)."""
+        if change.tombstone is not None:
+            self.undo_tombstone(change.tombstone)
+        if change.before is not None:
+            self.restore(change.before)
+        elif change.after is not None:
+            self.drop(change.after.uid)
+        self.revision = revision
 
     def drop(self, uid: str) -> LedgerChange:
         """Releases what is stored for a pod without a tombstone: only to undo a change that
@@ -848,19 +870,52 @@ class Ledger:
             return LedgerChange(before, before)
         if after is not None:
             after = _interned(after, self.revision + 1 if stamp else after.revision)
-        if before is not None:
-            self._add_to_totals(before, sign=-1)
-            del self._pods[before.uid]
-        if after is not None:
-            self._add_to_totals(after, sign=+1)
-            self._pods[after.uid] = after
-        if before is None or after is None or before.node_name != after.node_name:
+        try:
             if before is not None:
-                self._unindex(before)
+                self._add_to_totals(before, sign=-1)
+                del self._pods[before.uid]
             if after is not None:
-                self._index(after)
+                self._add_to_totals(after, sign=+1)
+                self._pods[after.uid] = after
+            if before is None or after is None or before.node_name != after.node_name:
+                if before is not None:
+                    self._unindex(before)
+                if after is not None:
+                    self._index(after)
+        except BaseException:
+            # Whatever failed, and wherever: the change is either applied whole or not at all.
+            self._put_back(before, after)
+            raise
         self.revision += 1
         return LedgerChange(before, after)
+
+    def _put_back(self, before: StoredPod | None, after: StoredPod | None) -> None:
+        """Undoes a change ``_apply`` left half done: the pod stored as ``before`` again, and
+        the totals of the nodes and the namespaces it touched summed again from the pods
+        (slow, and only ever after a failure)."""
+        uid = (before or after).uid  # type: ignore[union-attr]  # _apply has one of them
+        self._pods.pop(uid, None)
+        for node_name, uids in list(self._node_pods.items()):
+            if uid in uids:
+                uids.remove(uid)
+                if not uids:
+                    del self._node_pods[node_name]
+        if before is not None:
+            self._pods[uid] = before
+            self._index(before)
+        stored = [p for p in (before, after) if p is not None]
+        nodes = {p.node_name for p in stored}
+        namespaces = {p.namespace for p in stored}
+        for node_name in nodes:
+            self._node_used.pop(node_name, None)
+            self._node_mig.pop(node_name, None)
+        for namespace in namespaces:
+            self._namespace_used.pop(namespace, None)
+        for pod in self._pods.values():
+            if pod.node_name in nodes:
+                self._add_to_node(pod, +1)
+            if pod.namespace in namespaces:
+                self._add_to_namespace(pod, +1)
 
     def _index(self, stored: StoredPod) -> None:
         uids = self._node_pods.get(stored.node_name)
@@ -876,6 +931,11 @@ class Ledger:
             del self._node_pods[stored.node_name]
 
     def _add_to_totals(self, stored: StoredPod, sign: int) -> None:
+        """Adds (or takes back) one pod's usage to its node's and its namespace's totals."""
+        self._add_to_node(stored, sign)
+        self._add_to_namespace(stored, sign)
+
+    def _add_to_node(self, stored: StoredPod, sign: int) -> None:
         node = self._node_used.setdefault(stored.node_name, {})
         for entry in stored.usage:
             held = node.get(entry.uuid, ZERO)
@@ -888,6 +948,8 @@ class Ledger:
                 self._count_mig(stored.node_name, entry, sign)
         if not node:
             del self._node_used[stored.node_name]
+
+    def _add_to_namespace(self, stored: StoredPod, sign: int) -> None:
         namespace = self._namespace_used.setdefault(stored.namespace, {})
         for vendor in self._vendors.values():
             for resource, quantity in held_quantities(stored.usage, vendor):

@@ -23,13 +23,13 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from accounting import numbers
-from accounting.errors import InvalidInputError, Violations
+from accounting.errors import Violations
 from accounting.model import MigInstance, MigPlacement, MigProfile
 from accounting.validate import (
     bounded_json_array,
     check_device_id,
     check_json_integer,
+    decode_json,
     json_kind,
     quote,
 )
@@ -149,10 +149,7 @@ def decode_allocations(value: str, *, path: str) -> tuple[MigAllocation, ...]:
     """
     if value == "":
         return ()
-    try:
-        document: object = numbers.json_loads(value)
-    except (ValueError, RecursionError):
-        raise InvalidInputError.single(path, "must be a JSON array of MIG allocations") from None
+    document = decode_json(value, path, invalid="must be a JSON array of MIG allocations")
     if document is None:
         return ()
     document = bounded_json_array(

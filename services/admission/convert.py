@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from accounting import kube_pod, numbers, validate
+from accounting import kube_pod, validate
 from accounting.errors import InvalidInputError
 from accounting.model import Pod, QuotaItem
 from accounting.pod import EffectiveRequest
@@ -45,11 +45,10 @@ def pod_from_request(
         typed.uid = UNASSIGNED_UID
         return common.pod_from_pb(typed)
     if kind == "kubernetes_pod_json":
-        document = _json_object(request.kubernetes_pod_json)
-        if document is not None:
-            return pod_from_kubernetes(document, vendors, path="kubernetes_pod_json")
-    # The common reader reports a missing source and undecodable JSON with the same words
-    # every daemon uses.
+        path = "kubernetes_pod_json"
+        document = validate.json_object(request.kubernetes_pod_json, path)
+        return pod_from_kubernetes(document, vendors, path=path)
+    # The common reader reports a missing source with the same words every daemon uses.
     return common.pod_from_source(request, vendors)
 
 
@@ -96,15 +95,6 @@ def pod_from_kubernetes(
     pod = kube_pod.parse_pod(document, vendors, path=path)
     validate.validate_pod(pod, path)
     return pod
-
-
-def _json_object(raw: bytes) -> dict[str, Any] | None:
-    try:
-        document = numbers.json_loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        # Nested deeper than the stack: the common reader names it ("nested too deeply").
-        return None
-    return document if isinstance(document, dict) else None
 
 
 def quota_items_from_pb(items: Iterable[types_pb2.QuotaItem]) -> Mapping[str, QuotaItem]:

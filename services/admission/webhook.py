@@ -57,7 +57,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
 
-from accounting import kube_pod, numbers, owned_annotations
+from accounting import kube_pod, numbers, owned_annotations, validate
 from accounting.errors import InvalidInputError
 from services.admission import convert
 from services.admission.deadlines import ConnectionDeadlines
@@ -118,12 +118,9 @@ def parse_review(body: bytes) -> Review:
     try:
         # Exact numbers: a quantity may be a JSON number, and 1e400 is not a float; an integer
         # of thousands of digits stays a Decimal for its field to refuse (accounting.numbers).
-        document = numbers.json_loads(body)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ReviewError(f"body is not valid JSON ({error})") from None
-    except RecursionError:
-        # json.loads recurses per nesting level; hostile input can nest deeper than the stack.
-        raise ReviewError("body is not valid JSON (nested too deeply)") from None
+        document = validate.decode_json(body, "body")
+    except InvalidInputError as error:
+        raise ReviewError(str(error)) from None
     if not isinstance(document, dict):
         raise ReviewError("body must be a JSON object (an AdmissionReview)")
     api_version = document.get("apiVersion")

@@ -41,7 +41,7 @@ from kubernetes import client, config, watch
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from accounting import kube_node, kube_pod, numbers, quantity
+from accounting import kube_node, kube_pod, numbers, quantity, validate
 from accounting.annotations import VGPU_NODE_ANNOTATION
 from accounting.errors import InvalidInputError
 from accounting.model import Device, Pod
@@ -680,7 +680,9 @@ class KubernetesSource:
 
     def _record_pod(self, obj: dict[str, Any]) -> None:
         # Raises InvalidInputError for a pod that does not read: _apply logs who it is and
-        # what is wrong, never the pod spec.
+        # what is wrong, never the pod spec. Text UTF-8 cannot carry is such a pod: stored, it
+        # would fail every read and the journal.
+        validate.check_text(obj)
         pod = kube_pod.parse_pod(obj, self._vendors)
         self._deliver(functools.partial(self._sink.record_pod, pod))
 
@@ -724,6 +726,7 @@ class KubernetesSource:
         if unchanged_ok and self._node_registrations.get(name) == annotation:
             return
         # Raises InvalidInputError for devices that do not read: the node keeps what it had.
+        validate.check_text(obj)
         registration = kube_node.parse_node(obj, self._vendors)
         self._deliver(
             functools.partial(
@@ -759,6 +762,7 @@ class KubernetesSource:
         metadata = _metadata(obj)
         namespace, name = metadata.get("namespace"), metadata.get("name")
         if isinstance(namespace, str) and namespace and isinstance(name, str) and name:
+            _check_quota_names(namespace, name)
             quotas.setdefault(namespace, {})[name] = quota_limits(obj, self._quota_keys)
 
     def _apply_quota_event(self, event_type: str, obj: dict[str, Any]) -> None:
@@ -766,6 +770,7 @@ class KubernetesSource:
         namespace, name = metadata.get("namespace"), metadata.get("name")
         if not (isinstance(namespace, str) and namespace and isinstance(name, str) and name):
             return
+        _check_quota_names(namespace, name)
         in_namespace = self._quotas.setdefault(namespace, {})
         if event_type == "DELETED":
             in_namespace.pop(name, None)
@@ -790,6 +795,13 @@ def _new_watch() -> Any:
     # return_type "object": events carry the JSON as sent, while the client's resourceVersion
     # tracking (bookmarks included) and its 410 handling keep working.
     return watch.Watch(return_type="object")  # type: ignore[no-untyped-call]  # unannotated
+
+
+def _check_quota_names(namespace: str, name: str) -> None:
+    """Raises InvalidInputError when a ResourceQuota's namespace or name is text UTF-8 cannot
+    carry (the namespace would be stored, then fail every read): skipped like any object that
+    does not read."""
+    validate.check_text({"namespace": namespace, "name": name}, "metadata")
 
 
 def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -422,40 +422,20 @@ class UsageStore:
             if tombstone.evicted:
                 ops.append(DeleteTombstones(tuple(u for u, _ in tombstone.evicted)))
 
-        def undo() -> None:
-            if tombstone is not None:
-                self._ledger.undo_tombstone(tombstone)
-            if before is not None:
-                self._ledger.restore(before)
-            elif after is not None:
-                self._ledger.drop(after.uid)
-
-        self._commit(ops, undo, revision_before)
-        if after is not None and traceparent:
-            self._traceparents[uid] = traceparent
-        elif after is None:
-            self._traceparents.pop(uid, None)
-        if not change.changed:
-            return  # only a tombstone: nothing a reader or watcher sees changed
-        self._visible_revision = self._ledger.revision
-        nodes = change.node_names or ("",)
-        for node_name in change.node_names:
-            self._publish_node_gauge(node_name)
-        self._publish_namespace_gauge(change.namespace)
-        hub = self.hub
-        if not hub.watching:
-            return
-        kind = EventKind.POD_CHANGED if after is not None else EventKind.POD_FORGOTTEN
-        items = (
-            tuple(self._ledger.namespace_items(change.namespace).values())
-            if WatchContent.NAMESPACES in hub.wanted
-            else ()
-        )
-        with_nodes = WatchContent.NODES in hub.wanted
-        stored = after.usage if after is not None else ()
-        revision = self._ledger.revision
-        hub.publish(
-            [
+        def events() -> list[UsageEvent]:
+            if not change.changed or not self.hub.watching:
+                return []
+            hub = self.hub
+            kind = EventKind.POD_CHANGED if after is not None else EventKind.POD_FORGOTTEN
+            items = (
+                tuple(self._ledger.namespace_items(change.namespace).values())
+                if WatchContent.NAMESPACES in hub.wanted
+                else ()
+            )
+            with_nodes = WatchContent.NODES in hub.wanted
+            stored = after.usage if after is not None else ()
+            revision = self._ledger.revision
+            return [
                 UsageEvent(
                     kind,
                     revision,
@@ -465,9 +445,25 @@ class UsageStore:
                     node=self._node_snapshot(node_name) if node_name and with_nodes else None,
                     stored=stored,
                 )
-                for node_name in nodes
+                for node_name in change.node_names or ("",)
             ]
+
+        self._commit(
+            ops,
+            lambda: self._ledger.undo(change, revision_before),
+            revision_before,
+            events,
+            visible=change.changed,
         )
+        if after is not None and traceparent:
+            self._traceparents[uid] = traceparent
+        elif after is None:
+            self._traceparents.pop(uid, None)
+        if not change.changed:
+            return  # only a tombstone: nothing a reader or watcher sees changed
+        for node_name in change.node_names:
+            self._publish_node_gauge(node_name)
+        self._publish_namespace_gauge(change.namespace)
 
     # -- nodes ---------------------------------------------------------------------------------
 
@@ -499,8 +495,10 @@ class UsageStore:
                     else:
                         self._ledger.register_node(node_name, previous)
 
-                self._commit([PutNode(node_name, devices)], undo, revision)
-                self._after_node_change(node_name)
+                self._commit(
+                    [PutNode(node_name, devices)], undo, revision, self._node_events(node_name)
+                )
+                self._publish_node_gauge(node_name)
             return self._node_snapshot(node_name)
 
     def forget_node(self, node_name: str) -> None:
@@ -519,23 +517,26 @@ class UsageStore:
                 [DeleteNode(node_name)],
                 lambda: self._ledger.register_node(node_name, previous),
                 revision,
+                self._node_events(node_name),
             )
-            self._after_node_change(node_name)
+            self._publish_node_gauge(node_name)
 
-    def _after_node_change(self, node_name: str) -> None:
-        self._visible_revision = self._ledger.revision
-        self._publish_node_gauge(node_name)
-        if self.hub.watching:
+    def _node_events(self, node_name: str) -> Callable[[], list[UsageEvent]]:
+        """What a node's new inventory tells watchers (built before the change is journaled)."""
+
+        def events() -> list[UsageEvent]:
+            if not self.hub.watching:
+                return []
             with_nodes = WatchContent.NODES in self.hub.wanted
-            self.hub.publish(
-                [
-                    UsageEvent(
-                        EventKind.NODE_REGISTERED,
-                        self._ledger.revision,
-                        node=self._node_snapshot(node_name) if with_nodes else None,
-                    )
-                ]
-            )
+            return [
+                UsageEvent(
+                    EventKind.NODE_REGISTERED,
+                    self._ledger.revision,
+                    node=self._node_snapshot(node_name) if with_nodes else None,
+                )
+            ]
+
+        return events
 
     # -- quotas --------------------------------------------------------------------------------
 
@@ -568,48 +569,78 @@ class UsageStore:
             if previous != by_resource:
                 revision = self._ledger.revision
                 self._ledger.set_quota(namespace, by_resource)
+                items: tuple[QuotaItem, ...] = ()
+
+                def events() -> list[UsageEvent]:
+                    nonlocal items
+                    items = tuple(self._ledger.namespace_items(namespace).values())
+                    if not self.hub.watching:
+                        return []
+                    return [
+                        UsageEvent(
+                            EventKind.QUOTA_SET,
+                            self._ledger.revision,
+                            namespace=namespace,
+                            namespace_items=items,
+                        )
+                    ]
+
                 self._commit(
                     [PutQuota(namespace, by_resource)],
                     lambda: self._ledger.set_quota(namespace, previous),
                     revision,
+                    events,
                 )
-                items = tuple(self._ledger.namespace_items(namespace).values())
-                self._visible_revision = self._ledger.revision
-                if self.hub.watching:
-                    self.hub.publish(
-                        [
-                            UsageEvent(
-                                EventKind.QUOTA_SET,
-                                self._ledger.revision,
-                                namespace=namespace,
-                                namespace_items=items,
-                            )
-                        ]
-                    )
                 return items
             return tuple(self._ledger.namespace_items(namespace).values())
 
     # -- the commit ----------------------------------------------------------------------------
 
-    def _commit(self, ops: Sequence[JournalOp], undo: Callable[[], None], revision: int) -> None:
-        """Journals a change already applied to the ledger; on failure undoes it and raises.
+    def _commit(
+        self,
+        ops: Sequence[JournalOp],
+        undo: Callable[[], None],
+        revision: int,
+        events: Callable[[], list[UsageEvent]],
+        *,
+        visible: bool = True,
+    ) -> None:
+        """Journals a change already applied to the ledger, then publishes its events to the
+        watchers and (when ``visible``: a tombstone alone is not) makes its revision the one
+        writes answer with. On any failure before that — the
+        events' building, the journal's encoding or its write, whatever the exception — undoes
+        the change and raises: a change is applied, journaled and acknowledged, or not at all.
 
         Called with the lock held: every reader of the ledger takes the same lock, so nobody
-        sees a change that is later undone.
+        sees a change that is later undone. What follows the journal write only appends to
+        in-memory lists, so nothing acknowledged can fail after it.
+
+        Raises:
+            DependencyUnavailableError: the journal could not be written.
         """
-        if self._journal is None:
-            return
         started_s = time.perf_counter()
         try:
-            self._journal.commit(ops, self._ledger.revision)
-        except JournalError as error:
-            undo()
-            self._ledger.revision = revision
-            _LOG.error("journal write failed; change undone", extra={"error": str(error)})
-            raise DependencyUnavailableError(
-                f"journal unavailable, change not recorded: {error}"
-            ) from error
-        usage_metrics.observe_journal_write(time.perf_counter() - started_s)
+            published = events()
+            if self._journal is not None:
+                self._journal.commit(ops, self._ledger.revision)
+        except BaseException as error:
+            try:
+                undo()
+            finally:
+                self._ledger.revision = revision
+            if isinstance(error, JournalError):
+                _LOG.error("journal write failed; change undone", extra={"error": str(error)})
+                raise DependencyUnavailableError(
+                    f"journal unavailable, change not recorded: {error}"
+                ) from error
+            _LOG.error("change undone after an unexpected error", exc_info=error)
+            raise
+        if self._journal is not None:
+            usage_metrics.observe_journal_write(time.perf_counter() - started_s)
+        if visible:
+            self._visible_revision = self._ledger.revision
+        if published:
+            self.hub.publish(published)
 
     # -- queries -------------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 
 import pytest
@@ -22,6 +23,8 @@ from accounting.model import (
 from accounting.validate import (
     MAX_DEVICES_PER_CONTAINER,
     MAX_GRANT_SLOTS,
+    check_text,
+    decode_json,
     validate_devices,
     validate_pod,
 )
@@ -242,3 +245,64 @@ def test_one_negative_number_is_always_caught_at_its_path(
     assert [v.path for v in raised.value.violations] == [
         f"pod.containers[2].grants[{len(grants)}].memory_mib"
     ]
+
+
+# -- JSON text from outside: every decoded string is one UTF-8 can carry -----------------------
+
+JSON_TEXT_CASES = [
+    ("a lone high surrogate in a value", b'{"a": "x\\ud800"}', "doc.a"),
+    ("a lone low surrogate in an array", b'{"a": ["ok", "\\udfff"]}', "doc.a[1]"),
+    ("a lone surrogate in a key", b'{"k\\ud800": 1}', 'doc["k\\ud800"]'),
+    ("a high surrogate followed by a non-surrogate", b'["\\ud800\\u0041"]', "doc[0]"),
+    ("two high surrogates", b'["\\ud800\\ud800"]', "doc[0]"),
+    ("a reversed pair", b'["\\udc00\\ud800"]', "doc[0]"),
+    ("a surrogate in str input", '{"a": "\\udbff"}', "doc.a"),
+]
+
+
+@pytest.mark.parametrize(("what", "raw", "path"), JSON_TEXT_CASES, ids=[c[0] for c in
+                                                                          JSON_TEXT_CASES])
+def test_json_text_holding_a_lone_surrogate_is_refused_naming_the_string(
+    what: str, raw: bytes | str, path: str
+) -> None:
+    with pytest.raises(InvalidInputError) as refused:
+        decode_json(raw, "doc")
+    [violation] = refused.value.violations
+    assert violation.path == path
+    assert "UTF-8 can encode" in violation.message and str(refused.value).isascii()
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"emoji": "\\ud83d\\ude80"}', b'{"escaped backslash": "\\\\ud800"}',
+    '{"astral": "\U0010fffd", "nul": "\\u0000"}'.encode(), b'[1.5, "\\u00e9"]',
+], ids=["a valid pair", "an escaped backslash", "astral and NUL", "numbers and BMP"])
+def test_json_text_that_utf8_can_carry_decodes_as_json_loads_does(raw: bytes) -> None:
+    assert decode_json(raw, "doc") == json.loads(raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=5), children, max_size=4),
+    max_leaves=20,
+))
+def test_decoded_json_either_encodes_whole_or_is_refused_naming_a_string(document: object) -> None:
+    """Any JSON (strings drawn from all of Unicode, surrogates included, written as JSON
+    escapes): decode_json returns exactly what json.loads does when every string encodes,
+    and otherwise refuses naming at least one path."""
+    raw = json.dumps(document).encode()
+    try:
+        json.dumps(document, ensure_ascii=False).encode("utf-8")
+        encodable = True
+    except UnicodeEncodeError:
+        encodable = False
+    if encodable:
+        assert decode_json(raw, "doc") == json.loads(raw)
+        check_text(document, "doc")
+        return
+    with pytest.raises(InvalidInputError) as refused:
+        decode_json(raw, "doc")
+    assert all(v.path.startswith("doc") for v in refused.value.violations)
+    with pytest.raises(InvalidInputError):
+        check_text(document, "doc")

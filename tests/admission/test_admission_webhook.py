@@ -213,8 +213,13 @@ def test_a_review_without_a_pod_object_is_denied_400(send: Any) -> None:
          "request"),
         (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                      "request": {"operation": "CREATE"}}).encode(), "request.uid"),
+        # The six characters \ud800: text no UTF-8 can carry, named where it was found.
+        (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                     "request": {"uid": "x", "object": {"metadata": {"name": "p\ud800"}}}}
+                    ).encode(), "body.request.object.metadata.name: must be text UTF-8"),
     ],
-    ids=["not-json", "not-object", "wrong-version", "wrong-kind", "no-request", "no-uid"],
+    ids=["not-json", "not-object", "wrong-version", "wrong-kind", "no-request", "no-uid",
+         "lone-surrogate"],
 )
 def test_a_malformed_review_is_http_400_with_a_json_error(
     body: bytes, fragment: str, send: Any
