@@ -17,9 +17,13 @@ from hami.accounting.v1 import (
     scheduler_pb2_grpc,
     usage_pb2,
 )
-from tests.services.test_every_vendor_grpc import TIMEOUT_S, Stack, stack  # noqa: F401  # fixture
+from tests.services import test_every_vendor_grpc as every_vendor
+from tests.services.test_every_vendor_grpc import TIMEOUT_S, Stack
 from tests.support.pods import to_json
 from tests.usage.test_unencodable_text import POD_CASES, Case, mig_node, refused_field
+
+stack = every_vendor.stack
+"""The every-vendor test's daemons (module-scoped: one recorder, admission and scheduler)."""
 
 
 @pytest.mark.parametrize("case", POD_CASES, ids=lambda c: c.what)
