@@ -9,13 +9,77 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+MAX_PATH_CHARS = 300
+"""Characters of one violation's path; a longer one (a path quoting a long annotation key
+without ``quote``) is cut, saying how long it was."""
+MAX_DESCRIPTION_CHARS = 1_000
+"""Characters of one violation's message."""
+MAX_MESSAGE_CHARS = 1_500
+"""Characters of an error's whole message (``InvalidInputError.bounded``; every status message
+on gRPC and every webhook answer). With every character printable ASCII, a status and its
+BadRequest detail stay under gRPC's 8 KiB metadata limit, past which a client sees
+RESOURCE_EXHAUSTED "received metadata size exceeds ..." instead of the error."""
+_CUT = "... ({} characters)"
+
+
+def bounded_text(text: str, limit: int) -> str:
+    r"""``text`` as printable ASCII of at most ``limit`` characters: any other character
+    written as its escape (``\u00e9``, ``\ud800``, ``\n``), and a longer result cut,
+    ending with how long the text was: ``... (5000 characters)``."""
+    if len(text) <= limit and text.isascii() and text.isprintable():
+        return text
+    escaped = (
+        text
+        if text.isascii() and text.isprintable()
+        else "".join(c if " " <= c <= "~" else _escape(c) for c in text[: limit + 1])
+    )
+    if len(escaped) <= limit and len(text) <= limit:
+        return escaped
+    suffix = _CUT.format(len(text))
+    kept = escaped[: max(limit - len(suffix), 0)]
+    # An escape cut in two would read as other text: drop what is left of it.
+    backslash = kept.rfind("\\", max(len(kept) - 10, 0))
+    if backslash >= 0 and not _whole_escape(kept[backslash:]):
+        kept = kept[:backslash]
+    return kept + suffix
+
+
+def _escape(character: str) -> str:
+    code = ord(character)
+    if character in "\n\r\t":
+        return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}[character]
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def _whole_escape(tail: str) -> bool:
+    """Whether ``tail`` (from a backslash on) is complete as an escape or no escape at all."""
+    kinds = {"u": 6, "U": 10}
+    width = kinds.get(tail[1:2])
+    return width is None or len(tail) >= width
+
 
 @dataclass(frozen=True, slots=True)
 class FieldViolation:
-    """One problem with one input field, e.g. ``pod.containers[1].grants[0].memory_mib``."""
+    """One problem with one input field, e.g. ``pod.containers[1].grants[0].memory_mib``.
+
+    Whatever built it, its path and message are printable ASCII within ``MAX_PATH_CHARS`` and
+    ``MAX_DESCRIPTION_CHARS`` (``bounded_text``): a message that quotes a received value
+    without ``accounting.validate.quote`` still cannot grow an error past its bounds.
+    """
 
     path: str
     message: str
+
+    def __post_init__(self) -> None:
+        path, message = self.path, self.message
+        if not (len(path) <= MAX_PATH_CHARS and path.isascii() and path.isprintable()):
+            object.__setattr__(self, "path", bounded_text(path, MAX_PATH_CHARS))
+        if not (
+            len(message) <= MAX_DESCRIPTION_CHARS and message.isascii() and message.isprintable()
+        ):
+            object.__setattr__(self, "message", bounded_text(message, MAX_DESCRIPTION_CHARS))
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
@@ -38,6 +102,30 @@ class InvalidInputError(AccountingError):
     def single(cls, path: str, message: str) -> InvalidInputError:
         """An error about one field."""
         return cls([FieldViolation(path, message)])
+
+    def bounded(
+        self, limit: int = MAX_MESSAGE_CHARS, prefix: str = ""
+    ) -> tuple[tuple[FieldViolation, ...], str]:
+        """The leading violations whose message fits ``limit`` characters, with ``prefix``
+        (at least one), closed by "and N more problems" on the last one's path when some are
+        left out; and that message: ``prefix`` then ``path: message`` joined by "; "."""
+        violations = self.violations
+        kept: list[FieldViolation] = []
+        size = len(prefix)
+        for index, violation in enumerate(violations):
+            piece = len(violation.path) + len(violation.message) + 2 + (2 if kept else 0)
+            left = len(violations) - index - 1
+            # Room for the closing "and N more problems" whenever something would follow.
+            closing = len(violation.path) + len(f": and {left} more problems") + 2 if left else 0
+            if kept and size + piece + closing > limit:
+                break
+            kept.append(violation)
+            size += piece
+        left_out = len(violations) - len(kept)
+        if left_out:
+            kept.append(FieldViolation(kept[-1].path, f"and {left_out} more problems"))
+        message = prefix + "; ".join(str(v) for v in kept)
+        return tuple(kept), message
 
 
 MAX_REPORTED_VIOLATIONS = 100

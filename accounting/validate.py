@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from accounting import numbers
@@ -119,15 +120,20 @@ def decode_json(
     except RecursionError:
         # json.loads recurses per nesting level; hostile input can nest deeper than the stack.
         raise InvalidInputError.single(path, "not valid JSON (nested too deeply)") from None
-    # Only an escape can make a surrogate (UTF-8 bytes cannot, and Python refuses to decode
-    # encoded ones): text without one needs no walk. A valid pair matches too and is walked.
-    pattern = _SURROGATE_ESCAPE_BYTES if isinstance(raw, bytes) else _SURROGATE_OR_ESCAPE
-    if pattern.search(raw):  # type: ignore[arg-type]  # bytes pattern for bytes, str for str
+    # Only an escape or an encoded surrogate (json.loads decodes bytes with "surrogatepass")
+    # can make one: text with neither needs no walk. A valid pair matches too and is walked.
+    # json.loads also reads UTF-16 and UTF-32 (zero bytes among the first four), whose
+    # surrogates neither pattern sees: those are always walked.
+    if isinstance(raw, bytes):
+        may_hold = b"\x00" in raw[:4] or _SURROGATE_ESCAPE_BYTES.search(raw) is not None
+    else:
+        may_hold = _SURROGATE_OR_ESCAPE.search(raw) is not None
+    if may_hold:
         check_text(document, path)
     return document
 
 
-_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 _SURROGATE_OR_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
 _CHECK_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False, default=str)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -220,11 +226,28 @@ def json_kind(value: object) -> str:
     return "a number"
 
 
-def quote(text: str, limit: int = 80) -> str:
-    """Quotes a received value for an error message, shortened so hostile input stays small."""
-    if len(text) <= limit:
-        return json.dumps(text)
-    return f"{json.dumps(text[:limit])}… ({len(text)} characters)"
+MAX_QUOTED_CHARS = 80
+"""Characters of a received value an error quotes back (``quote``), escapes included."""
+
+
+def quote(text: str, limit: int = MAX_QUOTED_CHARS) -> str:
+    r"""Quotes a received value for an error message as a JSON string of printable ASCII (any
+    other character as its JSON escape, ``"\u00e9"``), at most ``limit`` characters between
+    the quotes, then ``... (N characters)`` when it was longer: hostile input stays small
+    whatever its alphabet."""
+    quoted = json.dumps(text[:limit])
+    if len(quoted) <= limit + 2 and len(text) <= limit:
+        return quoted
+    # Character by character, so no escape is cut in two (at most ``limit`` of them).
+    kept: list[str] = []
+    size = 0
+    for character in text[:limit]:
+        escaped = encode_basestring_ascii(character)[1:-1]
+        if size + len(escaped) > limit:
+            break
+        kept.append(escaped)
+        size += len(escaped)
+    return f'"{"".join(kept)}"... ({len(text)} characters)'
 
 
 def shown(value: object) -> str:
@@ -236,7 +259,10 @@ def shown(value: object) -> str:
         return json.dumps(value)
     if isinstance(value, dict | list):
         return json_kind(value)
-    return quote(str(value))[1:-1]
+    number = str(value)
+    if len(number) <= MAX_QUOTED_CHARS:
+        return number
+    return f"{number[:MAX_QUOTED_CHARS]}... ({len(number)} characters)"
 
 
 # The checks below take the object's path and the field's name apart and join them only to

@@ -57,7 +57,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
 
-from accounting import kube_pod, numbers, owned_annotations, validate
+from accounting import errors, kube_pod, numbers, owned_annotations, validate
 from accounting.errors import InvalidInputError
 from services.admission import convert
 from services.admission.deadlines import ConnectionDeadlines
@@ -126,10 +126,11 @@ def parse_review(body: bytes) -> Review:
     api_version = document.get("apiVersion")
     if api_version not in SUPPORTED_VERSIONS:
         raise ReviewError(
-            f"apiVersion must be one of {', '.join(SUPPORTED_VERSIONS)}, got {api_version!r}"
+            f"apiVersion must be one of {', '.join(SUPPORTED_VERSIONS)}, got "
+            f"{validate.shown(api_version)}"
         )
     if document.get("kind") != REVIEW_KIND:
-        raise ReviewError(f"kind must be {REVIEW_KIND}, got {document.get('kind')!r}")
+        raise ReviewError(f"kind must be {REVIEW_KIND}, got {validate.shown(document.get('kind'))}")
     request = document.get("request")
     if not isinstance(request, dict):
         raise ReviewError("request must be an object")
@@ -169,8 +170,11 @@ def _response(review: Review, allowed: bool, **fields: Any) -> dict[str, Any]:
 
 
 def _denied(review: Review, code: int, reason: str, message: str) -> dict[str, Any]:
+    # The API server shows the message to whoever created the pod: kept as short as a gRPC
+    # status (it may quote the pod's own values).
+    bounded = errors.bounded_text(message, errors.MAX_MESSAGE_CHARS)
     return _response(
-        review, False, status={"code": code, "message": message, "reason": reason}
+        review, False, status={"code": code, "message": bounded, "reason": reason}
     )
 
 
@@ -239,7 +243,7 @@ def review_response(
             via="admission-review",
         )
     except InvalidInputError as error:
-        return _denied(review, 400, "BadRequest", f"invalid pod: {error}")
+        return _denied(review, 400, "BadRequest", error.bounded(prefix="invalid pod: ")[1])
     except DependencyUnavailableError as error:
         _LOG.warning("denying pod %s: %s", _pod_key(obj, namespace), error)
         return _denied(review, 503, "ServiceUnavailable", str(error))
@@ -253,7 +257,11 @@ def review_response(
     return _response(
         review,
         False,
-        status={"code": 403, "message": decision.message, "reason": decision.reason},
+        status={
+            "code": 403,
+            "message": errors.bounded_text(decision.message, errors.MAX_MESSAGE_CHARS),
+            "reason": decision.reason,
+        },
         auditAnnotations=audit,
     )
 
@@ -340,7 +348,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _error(self, status: HTTPStatus, message: str, *, close: bool = False) -> None:
-        self._send_json(status, {"error": message, "code": int(status)}, close=close)
+        bounded = errors.bounded_text(message, errors.MAX_MESSAGE_CHARS)
+        self._send_json(status, {"error": bounded, "code": int(status)}, close=close)
 
     def _discard(self, length: int) -> None:
         while length > 0:
@@ -368,8 +377,8 @@ class _Handler(BaseHTTPRequestHandler):
             None if length_text.startswith(("+", "-")) else numbers.decimal_integer(length_text)
         )
         if length is None or length < 0:
-            self._error(HTTPStatus.BAD_REQUEST, f"invalid Content-Length {length_text!r}",
-                        close=True)
+            self._error(HTTPStatus.BAD_REQUEST,
+                        f"invalid Content-Length {validate.quote(length_text)}", close=True)
             return
         if length > MAX_BODY_BYTES:
             # Read (and drop) a moderately oversized body so the client gets the answer instead

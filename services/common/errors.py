@@ -37,7 +37,8 @@ from google.rpc import (  # type: ignore[import-untyped]  # googleapis-common-pr
 from grpc_status import rpc_status
 from opentelemetry import trace
 
-from accounting.errors import AccountingError, FieldViolation, InvalidInputError
+from accounting import errors
+from accounting.errors import AccountingError, InvalidInputError
 
 _LOG = logging.getLogger(__name__)
 
@@ -95,60 +96,51 @@ class MappedStatus:
     bad_request: error_details_pb2.BadRequest | None = None
 
 
-MAX_VIOLATION_CHARS = 1_500
-"""Characters of field violations (paths and messages) one INVALID_ARGUMENT carries, in its
-message and again in its BadRequest detail. A status travels in HTTP/2 trailers, and gRPC
-clients refuse metadata past 8 KiB (soft) or 16 KiB (hard): a hundred long violations (every
-container of a large pod refused) once came back as RESOURCE_EXHAUSTED "Stream removed"
-instead of the error. The first violations are kept and the rest counted."""
-
-
-def _kept_violations(error: InvalidInputError) -> tuple[list[FieldViolation], int]:
-    """The leading violations that fit ``MAX_VIOLATION_CHARS`` (at least one), and how many
-    were left out."""
-    kept: list[FieldViolation] = []
-    size = 0
-    for violation in error.violations:
-        size += len(violation.path) + len(violation.message) + 2
-        if kept and size > MAX_VIOLATION_CHARS:
-            break
-        kept.append(violation)
-    return kept, len(error.violations) - len(kept)
+MAX_MESSAGE_CHARS = errors.MAX_MESSAGE_CHARS
+"""Characters of any status message a daemon answers with (1,500), printable ASCII: a status
+travels in HTTP/2 trailers, an INVALID_ARGUMENT's message twice (again inside its
+google.rpc.Status detail, beside the BadRequest's violations), and gRPC clients refuse
+metadata past 8 KiB (soft) or 16 KiB (hard) with RESOURCE_EXHAUSTED "Stream removed". A
+hundred long violations (every container of a large pod refused), or a value of multi-byte
+characters quoted back (each written as up to nine percent-encoded bytes), once came back that
+way instead of the error. The first violations that fit are kept, and the rest counted."""
+_INVALID_PREFIX = "invalid request: "
 
 
 def status_for(error: Exception) -> MappedStatus:
     """The gRPC status for an exception a servicer raised (pure; see the module table)."""
     if isinstance(error, InvalidInputError):
-        kept, left_out = _kept_violations(error)
-        if left_out:
-            kept.append(FieldViolation(kept[-1].path, f"and {left_out} more problems"))
+        kept, message = error.bounded(MAX_MESSAGE_CHARS, prefix=_INVALID_PREFIX)
         bad_request = error_details_pb2.BadRequest(
             field_violations=[
                 error_details_pb2.BadRequest.FieldViolation(field=v.path, description=v.message)
                 for v in kept
             ]
         )
-        message = "; ".join(str(v) for v in kept)
-        return MappedStatus(grpc.StatusCode.INVALID_ARGUMENT, f"invalid request: {message}", True,
-                            bad_request)
+        return MappedStatus(grpc.StatusCode.INVALID_ARGUMENT, message, True, bad_request)
     if isinstance(error, NotFoundError):
-        return MappedStatus(grpc.StatusCode.NOT_FOUND, str(error), True)
+        return _bounded(grpc.StatusCode.NOT_FOUND, str(error))
     if isinstance(error, DependencyUnavailableError):
-        return MappedStatus(grpc.StatusCode.UNAVAILABLE, str(error), True)
+        return _bounded(grpc.StatusCode.UNAVAILABLE, str(error))
     if isinstance(error, AccountingError):
-        return MappedStatus(grpc.StatusCode.FAILED_PRECONDITION, str(error), True)
+        return _bounded(grpc.StatusCode.FAILED_PRECONDITION, str(error))
     if isinstance(error, grpc.RpcError):
         code = _rpc_error_code(error)
         details = _rpc_error_details(error)
         if code in _UNAVAILABLE_CODES:
-            return MappedStatus(
+            return _bounded(
                 grpc.StatusCode.UNAVAILABLE,
                 f"{UPSTREAM_NAME} unavailable ({code.name}): {details}",
-                True,
             )
         if code in _PASS_THROUGH_CODES:
-            return MappedStatus(code, f"{UPSTREAM_NAME}: {details}", True)
+            return _bounded(code, f"{UPSTREAM_NAME}: {details}")
     return MappedStatus(grpc.StatusCode.INTERNAL, _internal_message(), False)
+
+
+def _bounded(code: grpc.StatusCode, message: str) -> MappedStatus:
+    """An expected status whose message is cut to ``MAX_MESSAGE_CHARS`` of printable ASCII
+    (it may quote a name or an upstream answer of any length)."""
+    return MappedStatus(code, errors.bounded_text(message, MAX_MESSAGE_CHARS), True)
 
 
 def _rpc_error_code(error: grpc.RpcError) -> grpc.StatusCode | None:

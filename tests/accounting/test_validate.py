@@ -257,6 +257,9 @@ JSON_TEXT_CASES = [
     ("two high surrogates", b'["\\ud800\\ud800"]', "doc[0]"),
     ("a reversed pair", b'["\\udc00\\ud800"]', "doc[0]"),
     ("a surrogate in str input", '{"a": "\\udbff"}', "doc.a"),
+    # json.loads decodes bytes with "surrogatepass": an encoded surrogate is one too.
+    ("a surrogate encoded in UTF-8 bytes", b'{"a": "x\xed\xa0\x80"}', "doc.a"),
+    ("a surrogate in UTF-16", '{"a": "\ud800"}'.encode("utf-16-le", "surrogatepass"), "doc.a"),
 ]
 
 

@@ -84,6 +84,20 @@ ODD_TEXT = (
     "\u202ertl-override", "zero\u200bwidth", "emoji-\U0001f680", "nul\x00byte", "e\u0301\u0301",
     "x" * 5000, "\ufeffbom", "tab\tand\nnewline", "CJK-\u4e2d\u6587", "\U0010fffd",
 )
+MAX_MESSAGE_CHARS = 1_500
+"""docs/security.md: an error's message (and its BadRequest violations) is at most this many
+printable ASCII characters."""
+LONE_SURROGATE = "\ud800"
+_HOSTILE_ALPHABETS = (
+    "x", "%", "\u4e2d\u6587", "\U0001f680", "\\\"", "\x00\n\t", "\u00e9%\U0010fffd\u202e",
+)
+
+
+def long_text(rng: random.Random, low: int = 300) -> str:
+    """A long value errors might quote back: thousands of characters of an alphabet that
+    costs the most on the wire (multi-byte characters, "%", escapes, control characters)."""
+    alphabet = rng.choice(_HOSTILE_ALPHABETS)
+    return (alphabet * (rng.randint(low, 40_000) // len(alphabet) + 1))[: rng.randint(low, 40_000)]
 
 
 # -- valid bases -------------------------------------------------------------------------------
@@ -179,6 +193,19 @@ TYPED_POISONS: dict[str, Poison] = {
     "too many statuses": lambda rng, pod: pod.status.init_container_statuses.extend(
         types_pb2.ContainerStatus(name=f"s{i}") for i in range(rng.randint(257, 3000))),
     "empty annotation key": lambda rng, pod: pod.annotations.update({"": "x"}),
+    # Long values an error quotes back: the answer must stay INVALID_ARGUMENT within bounds.
+    "long grant uuid with a separator": lambda rng, pod: _add_grant(
+        rng, pod, uuid=long_text(rng) + rng.choice(",:;")),
+    "long duplicate container name": lambda rng, pod: pod.containers.extend(
+        [types_pb2.Container(name=(name := long_text(rng)),
+                             container_class=types_pb2.CONTAINER_CLASS_APP),
+         types_pb2.Container(name=name, container_class=types_pb2.CONTAINER_CLASS_APP)]),
+    "long duplicate request vendor": lambda rng, pod: _some_container(rng, pod).requests.extend(
+        [types_pb2.DeviceRequest(vendor=long_text(rng), count=1)] * 2),
+    "many long problems": lambda rng, pod: pod.containers.extend(
+        types_pb2.Container(name=f"{long_text(rng, 100)[:300]}{i // 2}",
+                            container_class=types_pb2.CONTAINER_CLASS_APP)
+        for i in range(rng.randint(20, 200))),
     "annotations too big": lambda rng, pod: pod.annotations.update(
         {f"k{i}": "v" * 70_000 for i in range(4)}),
 }
@@ -319,9 +346,63 @@ JSON_POISONS: dict[str, JsonPoison] = {
                                                               for _ in range(rng.randint(1, 300))),
     )),
     "deeply nested": lambda rng, obj: b"[" * rng.randint(10_000, 200_000),
+    "long phase": lambda rng, obj: obj.setdefault("status", {}).update(
+        phase=long_text(rng)) or None,
+    "long quantity": lambda rng, obj: _spec_containers(obj)[0].update(resources={
+        "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": long_text(rng)}}) or None,
+    "long duplicate container name": lambda rng, obj: _spec_containers(obj).extend(
+        [{"name": (name := long_text(rng))}, {"name": name}]) and None,
+    "long allocation garbage": lambda rng, obj: _meta(obj)["annotations"].update(
+        {ALLOCATED: f"GPU-bad-0,NVIDIA,{long_text(rng)},0:;"}) or None,
+    "lone surrogate in a string": lambda rng, obj: _with_lone_surrogate(rng, obj),
     "nested object": lambda rng, obj: json.dumps(obj)[:-1].encode()
     + b',"x":' + b'{"a":' * 5000 + b"1" + b"}" * 5000 + b"}",
 }
+
+
+def string_places(document: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Where a decoded JSON document holds text: the path of every string value, and of every
+    key (a path ending in ``KEY``)."""
+    if isinstance(document, str):
+        yield path
+    elif isinstance(document, dict):
+        for key, value in document.items():
+            yield (*path, key, KEY)
+            yield from string_places(value, (*path, key))
+    elif isinstance(document, list):
+        for index, value in enumerate(document):
+            yield from string_places(value, (*path, index))
+
+
+KEY = object()
+"""The last step of a ``string_places`` path that names a key rather than its value."""
+
+
+def replace_text(document: Any, place: tuple[Any, ...], text: Callable[[str], str]) -> None:
+    """Replaces the string at ``place`` (a value, or a key keeping its value and position)."""
+    *parents, last = place
+    if last is KEY:
+        *parents, key = parents
+        target = document
+        for step in parents:
+            target = target[step]
+        items = list(target.items())
+        target.clear()
+        target.update((text(k) if k == key else k, v) for k, v in items)
+        return
+    target = document
+    for step in parents:
+        target = target[step]
+    target[last] = text(target[last])
+
+
+def _with_lone_surrogate(rng: random.Random, obj: dict[str, Any]) -> None:
+    """A lone surrogate into one of the pod's strings, keys included (serialised by json.dumps
+    as the six characters \\ud800, the way a client can write it)."""
+    places = list(string_places(obj))
+    place = places[rng.randrange(len(places))]
+    cut = rng.randint(0, 3)
+    replace_text(obj, place, lambda old: old[:cut] + LONE_SURROGATE + old[cut:])
 
 
 def poisoned_pod_json(rng: random.Random, uid: str, admission: bool = False) -> tuple[bytes, str]:
@@ -374,7 +455,7 @@ def poisoned_node_json(rng: random.Random) -> tuple[usage_pb2.RegisterNodeReques
             for i in range(rng.randint(1, 3))]
     node: dict[str, Any] = {"apiVersion": "v1", "kind": "Node",
                             "metadata": {"name": "json-node", "annotations": {}}}
-    choice = rng.randrange(8)
+    choice = rng.randrange(10)
     register: Any = info
     if choice == 0:
         node["metadata"].pop("name")
@@ -398,6 +479,13 @@ def poisoned_node_json(rng: random.Random) -> tuple[usage_pb2.RegisterNodeReques
     elif choice == 6:
         node["metadata"]["annotations"] = rng.choice(("x", [1], 5))
         label = "annotations not an object"
+    elif choice == 7:
+        info[0][rng.choice(("id", "type", "mode"))] = rng.choice(("GPU-", "NVIDIA ", "")) + (
+            LONE_SURROGATE)
+        label = "register lone surrogate"
+    elif choice == 8:
+        info[0].update(type=long_text(rng), devmem=long_text(rng))
+        label = "register long values"
     else:
         raw = rng.choice((b"", b"[]", b"{", b"\xff", b"[" * 100_000, b'"node"'))
         return usage_pb2.RegisterNodeRequest(kubernetes_node_json=raw), "node not json"
@@ -414,7 +502,7 @@ def poisoned_quota(rng: random.Random) -> tuple[usage_pb2.SetQuotaRequest, str]:
         return usage_pb2.SetQuotaRequest(namespace="", limits=limits), "quota namespace empty"
     if choice == 1:
         limits[rng.choice(("limits.nvidia.com/gpumemory", "requests.nvidia.com/gpu", "",
-                           *ODD_TEXT))[:300]] = 1
+                           *ODD_TEXT))[:300] if rng.random() < 0.7 else long_text(rng)] = 1
         return usage_pb2.SetQuotaRequest(namespace=NAMESPACE, limits=limits), "quota key"
     if rng.random() < 0.5:
         limits[rng.choice(sorted(limits))] = rng.choice((10**12 + 1, 2**62, INT64_MAX))
@@ -555,6 +643,8 @@ def check_answer(method: str, label: str, request: Any, call: Any) -> str:
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, where
         return code.name
     assert code == grpc.StatusCode.INVALID_ARGUMENT, where
+    assert len(details) <= MAX_MESSAGE_CHARS, f"{len(details)} characters: {where}"
+    assert details.isascii() and details.isprintable(), where
     status = rpc_status.from_call(failure)
     assert status is not None, f"no google.rpc.Status detail: {where}"
     violations = []
@@ -563,6 +653,8 @@ def check_answer(method: str, label: str, request: Any, call: Any) -> str:
         if detail.Unpack(bad_request):
             violations.extend(bad_request.field_violations)
     assert violations, f"no BadRequest field violations: {where}"
+    assert sum(len(v.field) + len(v.description) + 2 for v in violations) <= MAX_MESSAGE_CHARS, (
+        where)
     for violation in violations:
         assert PATH.match(violation.field) and violation.description, (violation, where)
     assert violations[0].field in details, where
@@ -615,7 +707,10 @@ def malformed_review(rng: random.Random, number: int) -> tuple[bytes, str, int]:
                                                "metadata not an object", "too many containers",
                                                "containers not a list")}, admission=True)
     poison(rng, obj)
-    return json.dumps(_review(obj)).encode(), f"review pod: {label}", 200
+    # Text UTF-8 cannot carry is refused with the body's decoding (the API server, whose
+    # encoder writes valid UTF-8 only, never sends it): HTTP 400 naming the string.
+    expected = 400 if label == "lone surrogate in a string" else 200
+    return json.dumps(_review(obj)).encode(), f"review pod: {label}", expected
 
 
 class Reviewer:
@@ -642,6 +737,7 @@ class Reviewer:
         document = json.loads(data)
         if expected != 200:
             assert document.get("error"), where
+            assert len(document["error"]) <= MAX_MESSAGE_CHARS, where
             return
         response = document["response"]
         message = response["status"]["message"]
@@ -653,6 +749,7 @@ class Reviewer:
             return
         assert response["allowed"] is False and response["status"]["code"] == 400, where
         assert "request.object" in message and PATH.search(message), where
+        assert len(message) <= MAX_MESSAGE_CHARS and message.isascii(), where
 
     def close(self) -> None:
         self.connection.close()
@@ -818,3 +915,180 @@ def test_undecodable_bytes_are_invalid_argument(stack: dict[str, Daemon]) -> Non
                 assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (
                     name, refused.value.code(), refused.value.details())
         assert stack[name].healthy()
+
+
+# -- hostile text in every string field ---------------------------------------------------------
+
+TEXT_ROUNDS = sized(2, 10)
+"""Hostile values per string field (each of a random alphabet and length)."""
+
+
+def typed_string_places(message: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every string a populated typed message holds, nested messages and maps included, as
+    paths of field names, indices and ("key", k) / ("value", k) for map entries."""
+    for field, value in message.ListFields():
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            for key in value:
+                if field.message_type.fields_by_name["key"].type == field.TYPE_STRING:
+                    yield (*path, field.name, ("key", key))
+                if field.message_type.fields_by_name["value"].type == field.TYPE_STRING:
+                    yield (*path, field.name, ("value", key))
+        elif field.type == field.TYPE_STRING:
+            if field.is_repeated:
+                yield from ((*path, field.name, index) for index in range(len(value)))
+            else:
+                yield (*path, field.name)
+        elif field.type == field.TYPE_MESSAGE:
+            if field.is_repeated:
+                for index, item in enumerate(value):
+                    yield from typed_string_places(item, (*path, field.name, index))
+            else:
+                yield from typed_string_places(value, (*path, field.name))
+
+
+def set_typed_text(message: Any, place: tuple[Any, ...], text: str) -> None:
+    *parents, field_name, last = place if not isinstance(place[-1], str) else (*place, None)
+    target = message
+    for step in parents:
+        target = target[step] if isinstance(step, int) else getattr(target, step)
+    if last is None:
+        setattr(target, field_name, text)
+    elif isinstance(last, int):
+        getattr(target, field_name)[last] = text
+    else:
+        kind, key = last
+        entries = getattr(target, field_name)
+        if kind == "value":
+            entries[key] = text
+        else:
+            entries[text] = entries.pop(key)
+
+
+def _valid_requests(rng: random.Random) -> list[tuple[str, Callable[[Stubs], Any], Any]]:
+    """One valid request of each kind a client can send, every string field filled."""
+    spec = PodSpec("hostile-uid", NAMESPACE, "hostile", NODE, (
+        ContainerSpec("init", INIT, (GrantSpec(UUIDS[0], 1024, 10),)),
+        ContainerSpec("app", APP, (GrantSpec(UUIDS[1], 1024, 10),))))
+    pod = pod_message(spec, Snapshot("Running", (Status("init", "terminated", 0, 0),),
+                                     (Status("app", "running"),)),
+                      annotations={"example.com/note": "x"})
+    pod.containers[1].requests.add(vendor="NVIDIA", count=1, memory_mib=1024)
+    pod_json = pod_json_object(spec, Snapshot("Pending"), annotations={"example.com/note": "x"})
+    node_json = {"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": "hostile-node", "labels": {"zone": "a"}, "annotations": {REGISTER: json.dumps([
+            {"id": "GPU-h-0", "index": 0, "count": 10, "devmem": 24576, "devcore": 100,
+             "type": "NVIDIA A10", "numa": 0, "mode": "hami-core", "health": True}])}}}
+    grants = [types_pb2.ContainerGrants(container_name=c.name, grants=list(c.grants))
+              for c in pod.containers]
+    return [
+        ("usage.RecordPod", lambda s: s.usage.RecordPod, usage_pb2.RecordPodRequest(pod=pod)),
+        ("usage.Reserve", lambda s: s.usage.Reserve, usage_pb2.ReserveRequest(
+            pod=pod, node_name=NODE, container_grants=grants)),
+        ("usage.RegisterNode", lambda s: s.usage.RegisterNode, usage_pb2.RegisterNodeRequest(
+            node_name="hostile-node", inventory=types_pb2.NodeInventory(
+                devices=[device_message("GPU-h-1", 0)]))),
+        ("usage.SetQuota", lambda s: s.usage.SetQuota, usage_pb2.SetQuotaRequest(
+            namespace="hostile-ns", limits={"limits.nvidia.com/gpumem": 1024})),
+        ("usage.ForgetPod", lambda s: s.usage.ForgetPod,
+         usage_pb2.ForgetPodRequest(pod_uid="hostile-forgotten")),
+        ("usage.ReleaseReservation", lambda s: s.usage.ReleaseReservation,
+         usage_pb2.ReleaseReservationRequest(pod_uid="hostile-released")),
+        ("usage.GetPodUsage", lambda s: s.usage.GetPodUsage,
+         usage_pb2.GetPodUsageRequest(pod_uid="seed-1")),
+        ("usage.GetNodeUsage", lambda s: s.usage.GetNodeUsage,
+         usage_pb2.GetNodeUsageRequest(node_names=[NODE])),
+        ("usage.GetNamespaceUsage", lambda s: s.usage.GetNamespaceUsage,
+         usage_pb2.GetNamespaceUsageRequest(namespace=NAMESPACE)),
+        ("admission.CheckQuota", lambda s: s.admission.CheckQuota,
+         admission_pb2.CheckQuotaRequest(pod=pod)),
+        ("scheduler.Filter", lambda s: s.scheduler.Filter,
+         scheduler_pb2.FilterRequest(pod=pod, node_names=[NODE])),
+        ("usage.RecordPod json", lambda s: s.usage.RecordPod, pod_json),
+        ("admission.CheckQuota json", lambda s: s.admission.CheckQuota, pod_json),
+        ("scheduler.Filter json", lambda s: s.scheduler.Filter, pod_json),
+        ("usage.RegisterNode json", lambda s: s.usage.RegisterNode, node_json),
+    ]
+
+
+def _json_request(method: str, document: dict[str, Any]) -> Any:
+    raw = json.dumps(document).encode()
+    if method.startswith("usage.RegisterNode"):
+        return usage_pb2.RegisterNodeRequest(kubernetes_node_json=raw)
+    if method.startswith("usage.RecordPod"):
+        return usage_pb2.RecordPodRequest(kubernetes_pod_json=raw)
+    if method.startswith("admission"):
+        return admission_pb2.CheckQuotaRequest(kubernetes_pod_json=raw)
+    return scheduler_pb2.FilterRequest(kubernetes_pod_json=raw, node_names=[NODE])
+
+
+def _bounded_answer(where: str, call: Any, request: Any, *, refused: bool) -> str:
+    """Sends one request: OK, or INVALID_ARGUMENT within the documented bounds (always that
+    when ``refused``); never INTERNAL, never RESOURCE_EXHAUSTED from the status' size."""
+    try:
+        call(request, timeout=RPC_TIMEOUT_S)
+    except grpc.RpcError as error:
+        code, details = error.code(), error.details() or ""
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, f"{where}: {code.name} {details[:300]!r}"
+        assert len(details) <= MAX_MESSAGE_CHARS and details.isascii(), where
+        assert details.isprintable(), where
+        status = rpc_status.from_call(error)
+        assert status is not None and status.message == details, where
+        return code.name
+    assert not refused, f"{where}: accepted"
+    return "OK"
+
+
+def test_hostile_text_in_every_string_field(stack: dict[str, Daemon]) -> None:
+    """Every string field of every request a client can send (typed messages through their
+    descriptors; the pod and node JSON through every string and key, the JSON annotations'
+    entries included), replaced by long hostile text, and in JSON by text holding a lone
+    surrogate: each answer is OK or INVALID_ARGUMENT within the documented bounds (a lone
+    surrogate always INVALID_ARGUMENT), and the recorder still reads its whole state."""
+    stubs = Stubs(stack)
+    rng = random.Random(SEED + 1)
+    _seed_state(stubs)
+    counts: Counter[str] = Counter()
+    places = 0
+    try:
+        for method, stub_of, base in _valid_requests(rng):
+            call = stub_of(stubs)
+            if isinstance(base, dict):
+                documents = [(p, base) for p in string_places(base)]
+                register = base["metadata"]["annotations"].get(REGISTER)
+                for place in string_places(json.loads(register) if register else []):
+                    documents.append((("register", *place), base))
+                for place, document in documents:
+                    places += 1
+                    for round_number in range(TEXT_ROUNDS + 1):
+                        mutated = json.loads(json.dumps(document))
+                        lone = round_number == TEXT_ROUNDS
+                        value = LONE_SURROGATE if lone else long_text(rng)
+                        if place[0] == "register":
+                            inner = json.loads(mutated["metadata"]["annotations"][REGISTER])
+                            replace_text(inner, place[1:], lambda old, v=value: v)
+                            mutated["metadata"]["annotations"][REGISTER] = json.dumps(inner)
+                        else:
+                            replace_text(mutated, place, lambda old, v=value: v)
+                        where = f"{method} {place} {'lone surrogate' if lone else 'long'}"
+                        counts[f"{method} " + _bounded_answer(
+                            where, call, _json_request(method, mutated), refused=lone)] += 1
+                continue
+            for place in list(typed_string_places(base)):
+                places += 1
+                for _ in range(TEXT_ROUNDS):
+                    mutated = type(base)()
+                    mutated.CopyFrom(base)
+                    set_typed_text(mutated, place, long_text(rng))
+                    counts[f"{method} " + _bounded_answer(
+                        f"{method} {place}", call, mutated, refused=False)] += 1
+        # Whatever was accepted is read back: every node, every namespace, a new stream.
+        figures(stubs)
+        watcher = Watcher(stubs.usage)
+        watcher.wait_ready()
+        watcher.close()
+        for daemon in stack.values():
+            assert daemon.alive and daemon.healthy(), daemon.log_tail()
+    finally:
+        stubs.close()
+    report("hostile text", places=places, answers=dict(sorted(counts.items())))
+    assert places > 100

@@ -14,9 +14,10 @@ from grpc_status import rpc_status
 from accounting.errors import AccountingError, FieldViolation, InvalidInputError
 from hami.accounting.v1 import usage_pb2, usage_pb2_grpc
 from services.common.errors import (
-    MAX_VIOLATION_CHARS,
+    MAX_MESSAGE_CHARS,
     DependencyUnavailableError,
     NotFoundError,
+    map_errors,
     status_for,
 )
 
@@ -189,10 +190,82 @@ def test_a_huge_invalid_argument_stays_small_enough_for_grpc_trailers() -> None:
     )
     status = status_for(error)
     assert status.code is grpc.StatusCode.INVALID_ARGUMENT
-    assert len(status.message) <= MAX_VIOLATION_CHARS + 300
+    assert len(status.message) <= MAX_MESSAGE_CHARS
     assert status.message.startswith("invalid request: pod.containers[0].requests[0].memory_mib")
     assert status.bad_request is not None
     last = status.bad_request.field_violations[-1]
     kept = len(status.bad_request.field_violations) - 1
     assert last.description == f"and {100 - kept} more problems"
-    assert status.bad_request.ByteSize() <= MAX_VIOLATION_CHARS + 500
+    assert status.bad_request.ByteSize() <= MAX_MESSAGE_CHARS + 500
+
+
+# Values an attacker may make errors quote: long, of multi-byte characters (each up to nine
+# bytes once percent-encoded in grpc-message), of "%" (three), of separators and escapes.
+HOSTILE_TEXT = {
+    "long ascii": "x" * 100_000,
+    "percent signs": "%" * 20_000,
+    "CJK": "\u4e2d\u6587" * 10_000,
+    "emoji": "\U0001f680" * 10_000,
+    "a lone surrogate": "GPU-\ud800" * 5_000,
+    "control characters": "\x00\n\r\t\x7f" * 5_000,
+}
+HOSTILE_ERRORS: dict[str, Exception] = {}
+for _label, _text in HOSTILE_TEXT.items():
+    HOSTILE_ERRORS[f"one violation quoting {_label}"] = InvalidInputError.single(
+        f'pod.annotations["{_text}"]', f"must not be {_text}")
+    HOSTILE_ERRORS[f"a hundred violations quoting {_label}"] = InvalidInputError(
+        FieldViolation(f"pod.containers[{i}].name", f"got {_text[:300]}") for i in range(100))
+    HOSTILE_ERRORS[f"not found quoting {_label}"] = NotFoundError(f"node {_text} is unknown")
+    HOSTILE_ERRORS[f"a failed precondition quoting {_label}"] = AccountingError(_text)
+    HOSTILE_ERRORS[f"an upstream verdict quoting {_label}"] = FakeUpstreamError(
+        grpc.StatusCode.INVALID_ARGUMENT, _text)
+
+
+class _Raiser:
+    @map_errors
+    def call(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        raise HOSTILE_ERRORS[request.decode()]
+
+
+@pytest.fixture(scope="module")
+def raiser_target() -> object:
+    from concurrent import futures
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    raiser = _Raiser()
+    handler = grpc.method_handlers_generic_handler("test.Raiser", {
+        "Call": grpc.unary_unary_rpc_method_handler(raiser.call)})
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(0)
+
+
+@pytest.mark.parametrize("name", HOSTILE_ERRORS, ids=lambda name: name)
+def test_an_error_quoting_any_value_arrives_as_itself_within_its_bounds(
+    raiser_target: str, name: str
+) -> None:
+    """Over a real connection, with gRPC's default client limits: the code the error maps
+    to (never RESOURCE_EXHAUSTED from the metadata's size), a message of at most 1,500
+    printable ASCII characters, and for INVALID_ARGUMENT a BadRequest within the same bound.
+    Sent 20 times: a status past the soft limit is refused only now and then."""
+    want = status_for(HOSTILE_ERRORS[name]).code
+    with grpc.insecure_channel(raiser_target) as channel:
+        call = channel.unary_unary("/test.Raiser/Call")
+        for _ in range(20):
+            with pytest.raises(grpc.RpcError) as caught:
+                call(name.encode(), timeout=5)
+            error = caught.value
+            assert error.code() == want, (error.code(), error.details()[:200])
+            details = error.details()
+            assert len(details) <= MAX_MESSAGE_CHARS and details.isascii(), details[:200]
+            assert details.isprintable()
+            if want is grpc.StatusCode.INVALID_ARGUMENT and not name.startswith("an upstream"):
+                status = rpc_status.from_call(error)
+                assert status is not None and status.message == details
+                bad_request = error_details_pb2.BadRequest()
+                assert status.details[0].Unpack(bad_request)
+                violations = bad_request.field_violations
+                assert sum(len(v.field) + len(v.description) + 2 for v in violations) <= (
+                    MAX_MESSAGE_CHARS)
