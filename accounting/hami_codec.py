@@ -34,10 +34,12 @@ from accounting.validate import (
     INT32_MIN,
     MAX_DEVICES_PER_NODE,
     MAX_GRANT_SLOTS,
+    REGISTER_MIG_FIELDS,
     bounded_json_array,
     check_device_id,
     check_integer_text,
     check_json_integer,
+    check_mig_profiles,
     check_wire_text,
     decode_json,
     json_kind,
@@ -268,6 +270,8 @@ def _decode_device(element: object, path: str, found: Violations, vendor: str) -
         mig_profiles=mig.decode_profiles(element.get("migprofiles"), f"{path}.migProfiles", found),
         custom_info=decode_custom_info(element.get("custominfo"), f"{path}.custominfo", found),
     )
+    if len(found) == before:
+        check_mig_profiles(found, device, f"{path}.migProfiles", REGISTER_MIG_FIELDS)
     return device if len(found) == before else None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
@@ -57,6 +58,9 @@ get is 276 (a 253-character name, ``-enflame-drs-`` and a 10-digit index). Every
 and sent in every watch event of its node, so a longer one only costs every reader."""
 MAX_NODE_NAME_CHARS = 253
 """A Kubernetes node name is a DNS subdomain: at most 253 characters."""
+MAX_MIG_SLICES = 8
+"""Memory slices of a MIG-mode card: NVIDIA's cards have at most eight (A100, H100; A30 has
+four), and NVML's possible placements, which the device plugin registers, lie inside them."""
 MAX_ANNOTATIONS_BYTES = 256 * 1024
 """Kubernetes' own limit on the total size of a pod's annotations (keys plus values)."""
 
@@ -410,6 +414,56 @@ def check_devices(found: Violations, devices: Sequence[Device], path: str) -> No
         check_range(found, device_path, "numa", device.numa, low=INT32_MIN)
         if not device.vendor:
             found.add(f"{device_path}.vendor", "must not be empty")
+        check_mig_profiles(found, device, f"{device_path}.mig_profiles", TYPED_MIG_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class MigFieldNames:
+    """How a request spells the fields of a MIG profile and of its card, for paths."""
+
+    memory: str
+    cores: str
+    placements: str
+    card_memory: str
+    card_cores: str
+
+
+TYPED_MIG_FIELDS = MigFieldNames(
+    "memory_mib", "core_percent", "placements", "memory_total_mib", "cores_total"
+)
+"""The typed ``MigProfile`` and ``Device`` messages."""
+REGISTER_MIG_FIELDS = MigFieldNames("memoryMB", "core", "placements", "devmem", "devcore")
+"""A register annotation's ``migProfiles`` entries and their device (HAMi's JSON)."""
+
+
+def check_mig_profiles(
+    found: Violations, device: Device, path: str, names: MigFieldNames
+) -> None:
+    """Adds every MIG profile (at ``path[i]``) that its card could not hold: more memory or
+    compute than the card registers, or a placement outside its ``MAX_MIG_SLICES`` memory
+    slices (or of no slice at all). Such a profile was once fitted, then refused at every
+    Reserve by the card's own capacity, and the Filter gave up blaming another scheduler."""
+    for index, profile in enumerate(device.mig_profiles):
+        entry = f"{path}[{index}]"
+        if not 0 <= profile.memory_mib <= device.memory_total_mib:
+            found.add(
+                f"{entry}.{names.memory}",
+                f"must be between 0 and the card's memory ({names.card_memory} "
+                f"{device.memory_total_mib}), got {profile.memory_mib}",
+            )
+        if not 0 <= profile.core_percent <= device.core_percent_total:
+            found.add(
+                f"{entry}.{names.cores}",
+                f"must be between 0 and the card's compute ({names.card_cores} "
+                f"{device.core_percent_total}), got {profile.core_percent}",
+            )
+        for p_index, placement in enumerate(profile.placements):
+            if placement.start < 0 or placement.size < 1 or placement.end > MAX_MIG_SLICES:
+                found.add(
+                    f"{entry}.{names.placements}[{p_index}]",
+                    f"must cover 1 to {MAX_MIG_SLICES} of the card's memory slices 0-"
+                    f"{MAX_MIG_SLICES - 1}, got start {placement.start} size {placement.size}",
+                )
 
 
 def check_grant(found: Violations, grant: DeviceGrant, path: str) -> None:

@@ -58,9 +58,10 @@ the recorder calls are its children through the traced client channel.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -529,11 +530,25 @@ class PodPlacer:
         refused: Reservation | None = None
         fit: FitResult | None = None
         candidates: Candidates | None = None
+        # A Reserve refused as NodeChanged (the recorder called grants fitted on its own state
+        # invalid) is a node read again: changed since (re-registered), it is fitted anew;
+        # unchanged, the same fit would be refused again, so the node is left out of the
+        # remaining attempts and named among the failed nodes.
+        suspects: dict[str, NodeState | None] = {}
+        dropped: dict[str, str] = {}
         attempt = 0
         while attempt < self._attempts:
+            remaining = [name for name in node_names if name not in dropped]
+            if not remaining:
+                break
             candidates = self._read(
-                node_names, pod.namespace, timeout(), refresh, policy, fresh_quota, pod.uid
+                remaining, pod.namespace, timeout(), refresh, policy, fresh_quota, pod.uid
             )
+            unchanged = [n for n, was in suspects.items() if candidates.state_of(n) == was]
+            suspects.clear()
+            if unchanged:
+                dropped.update(dict.fromkeys(unchanged, NODE_CHANGED))
+                continue  # read again without them
             if candidates.revision is None:
                 view.begin(lambda: self._recorder.stored_later(pod.uid, timeout()))
             else:
@@ -550,14 +565,14 @@ class PodPlacer:
             if (
                 fit.node_name is None
                 and candidates.revision is not None
-                and not (refresh.issuperset(node_names) and fresh_quota)
+                and not (refresh.issuperset(remaining) and fresh_quota)
             ):
                 # The cache may lag a release acknowledged a moment ago (no read-your-writes):
                 # confirm "no node fits" with direct reads before answering it.
-                refresh.update(node_names)
+                refresh.update(remaining)
                 fresh_quota = True
                 candidates = self._read(
-                    node_names, pod.namespace, timeout(), refresh, policy, fresh_quota, pod.uid
+                    remaining, pod.namespace, timeout(), refresh, policy, fresh_quota, pod.uid
                 )
                 fit = self._fit(pod, candidates, policy, stored)
             if fit.node_name is None:
@@ -570,7 +585,8 @@ class PodPlacer:
                         attempt -= 1
                         continue
                 return self._no_fit(
-                    pod, node_names, fit, candidates.unknown, attempt, policy, view, timeout
+                    pod, node_names, fit, candidates.unknown, attempt, policy, view, timeout,
+                    dropped,
                 )
             reservation = self._reserve(
                 pod, fit, policy, view.replaces(), timeout, held=candidates.revision is not None
@@ -615,6 +631,8 @@ class PodPlacer:
             refused = reservation
             refresh.add(fit.node_name)
             fresh_quota = True
+            if reservation.reason == NODE_CHANGED:
+                suspects[fit.node_name] = candidates.state_of(fit.node_name)
             span.add_event(
                 "reservation refused",
                 {
@@ -629,7 +647,22 @@ class PodPlacer:
                 reservation.message,
                 extra={"pod_uid": pod.uid, "node": fit.node_name},
             )
-        assert fit is not None and refused is not None and candidates is not None
+        assert fit is not None and refused is not None
+        if candidates is None or len(dropped) == len(set(node_names)):
+            # Every candidate changed under this Filter: no node fits now (the extender asks
+            # again later, on what the nodes are then), and no rival is to blame.
+            failed = dict(sorted(dropped.items()))
+            message = (
+                convert.no_fit_message(len(node_names), failed)
+                + f"; last refusal on {fit.node_name}: {refused.message}"
+            )
+            return FilterOutcome(
+                FitResult(None, (), failed, {}, NO_NODE_FITS, message),
+                NO_NODE_FITS,
+                message,
+                attempts=attempt,
+                policy_id=policy.policy_id,
+            )
         return FilterOutcome(
             fit,
             RESERVATION_CONFLICT,
@@ -684,8 +717,10 @@ class PodPlacer:
         policy: AccountingPolicy,
         view: _StartView,
         timeout: CallTimeout,
+        dropped: Mapping[str, str] | None = None,
     ) -> FilterOutcome:
-        """No node fits. A re-filter releases the pod's reservation, so the pod holds nothing
+        """No node fits (``dropped``: candidates left out after a refusal, with its reason).
+        A re-filter releases the pod's reservation, so the pod holds nothing
         (HAMi's re-filter released it before fitting); a Filter that read nothing stored
         checks that no other Filter for the pod placed it meanwhile. Either way, when another
         Filter's placement is stored, that answer stands and this one says so."""
@@ -713,6 +748,9 @@ class PodPlacer:
                     ),
                 )
         failed = convert.failed_nodes(fit, unknown)
+        if dropped:
+            failed = dict(sorted({**failed, **dropped}.items()))
+            fit = dataclasses.replace(fit, failed_nodes=failed)
         return FilterOutcome(
             fit,
             NO_NODE_FITS,

@@ -30,6 +30,7 @@ from accounting.model import (
     PodPhase,
 )
 from accounting.policy import DEFAULT_POLICY
+from accounting.validate import MAX_MIG_SLICES, validate_devices
 from accounting.vendors import NVIDIA_SPEC
 from tests.builders import PodBuilder
 
@@ -581,3 +582,69 @@ def test_the_node_registration_keeps_the_profiles() -> None:
          "placements": [{"start": 6, "size": 1}]}
     ]
     assert DEFAULT_POLICY.vendor("NVIDIA") is not None
+
+
+# -- profiles checked against their card at registration ----------------------------------------
+
+
+def _register(profiles: list[dict[str, object]], devmem: int = 40960, devcore: int = 100) -> str:
+    return json.dumps([{"id": "GPU-0", "count": 7, "devmem": devmem, "devcore": devcore,
+                        "type": "NVIDIA-A100-SXM4-40GB", "health": True, "mode": "mig",
+                        "migProfiles": profiles}])
+
+
+def _profile(**overrides: object) -> dict[str, object]:
+    profile: dict[str, object] = {"name": "1g.5gb", "memoryMB": 5120, "core": 14,
+                                  "sliceCount": 1, "placements": [{"start": 6, "size": 1}]}
+    profile.update(overrides)
+    return profile
+
+
+PROFILE_CASES = [
+    ("more memory than the card", _profile(memoryMB=50000), "[0].memoryMB",
+     "the card's memory (devmem 40960), got 50000"),
+    ("more compute than the card", _profile(core=140), "[0].core",
+     "the card's compute (devcore 100), got 140"),
+    ("a placement beyond the card's slices", _profile(placements=[{"start": 60, "size": 4}]),
+     "[0].placements[0]", "got start 60 size 4"),
+    ("a placement ending past slice 7", _profile(placements=[{"start": 6, "size": 4}]),
+     "[0].placements[0]", "got start 6 size 4"),
+    ("a placement of no slice", _profile(placements=[{"start": 3, "size": 0}]),
+     "[0].placements[0]", "got start 3 size 0"),
+]
+
+
+@pytest.mark.parametrize(("what", "profile", "field", "words"), PROFILE_CASES,
+                         ids=[c[0] for c in PROFILE_CASES])
+def test_a_profile_its_card_cannot_hold_is_refused_naming_it(
+    what: str, profile: dict[str, object], field: str, words: str
+) -> None:
+    path = 'annotations["hami.io/node-nvidia-register"]'
+    with pytest.raises(InvalidInputError) as refused:
+        hami_codec.decode_node_register(_register([_profile(name="7g.40gb", memoryMB=40960,
+                                                            core=100, sliceCount=7,
+                                                            placements=[{"start": 0, "size": 8}]),
+                                                   profile]), path=path)
+    [violation] = refused.value.violations
+    assert violation.path == f"{path}[0].migProfiles{field.replace('[0]', '[1]', 1)}"
+    assert words in violation.message
+
+
+def test_hamis_own_registrations_are_held_by_their_cards() -> None:
+    """The A100 table of mig_capability_test.go and device_test.go's registration, as the
+    device plugin writes them: every profile fits its card (the whole card included)."""
+    devices = hami_codec.decode_node_register(D1_REGISTER)
+    assert devices[0].mig_profiles[0].placements == (P(6, 1),)
+    card = mig_card(profiles=(*A100_T, MigProfile("7g.40gb", 40960, 100, 7, (P(0, 8),))))
+    validate_devices((card,))
+    assert max(p.end for profile in card.mig_profiles for p in profile.placements) == (
+        MAX_MIG_SLICES)
+
+
+def test_a_typed_inventory_is_checked_the_same_way() -> None:
+    card = mig_card(profiles=(MigProfile("1g.5gb", 50000, 140, 1, (P(7, 2),)),))
+    with pytest.raises(InvalidInputError) as refused:
+        validate_devices((card,))
+    assert [v.path for v in refused.value.violations] == [
+        "devices[0].mig_profiles[0].memory_mib", "devices[0].mig_profiles[0].core_percent",
+        "devices[0].mig_profiles[0].placements[0]"]

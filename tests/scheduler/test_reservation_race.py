@@ -20,6 +20,7 @@ import pytest
 
 from accounting.fit import NodeState, QuotaContext
 from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc, usage_pb2
+from services.scheduler.convert import Reservation
 from services.scheduler.servicer import (
     PodPlacer,
     RecorderClient,
@@ -180,3 +181,62 @@ def test_a_node_whose_inventory_changed_before_reserve_is_read_again(
     assert client.snapshots == 2
     assert response.annotations["hami.io/vgpu-devices-allocated"] == "GPU-1,NVIDIA,12288,0:;"
     assert recorder.node_memory("node1") == HALF_MIB
+
+
+class RefusingRecorder(RecorderClient):
+    """Refuses every Reserve on the nodes of ``refuse`` as NodeChanged (what the scheduler
+    makes of an INVALID_ARGUMENT for grants fitted on the recorder's own state), without
+    asking the recorder; counts the Reserves each node was sent."""
+
+    def __init__(self, target: str, refuse: frozenset[str]) -> None:
+        super().__init__(grpc.insecure_channel(target), target)
+        self._refuse = refuse
+        self.reserves: dict[str, int] = {}
+
+    def reserve(self, pod: Any, node_name: str, *args: Any, **kwargs: Any) -> Reservation:
+        self.reserves[node_name] = self.reserves.get(node_name, 0) + 1
+        if node_name in self._refuse:
+            return Reservation(False, "NodeChanged", "the recorder refused the grants: invalid")
+        return super().reserve(pod, node_name, *args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("refused", "want_reason", "want_node", "want_failed"),
+    [
+        ({"busy"}, "Scheduled", "idle", {}),
+        ({"busy", "idle"}, "NoNodeFits", "", {"busy": "NodeChanged", "idle": "NodeChanged"}),
+    ],
+    ids=["the preferred node keeps refusing: placed on the other",
+         "every node keeps refusing: no node fits, no rival blamed"],
+)
+def test_a_node_refused_as_changed_but_unchanged_is_left_out_of_the_next_attempt(
+    recorder: Recorder,
+    serve_placer: Callable[[PodPlacer], scheduler_pb2_grpc.SchedulerStub],
+    refused: set[str],
+    want_reason: str,
+    want_node: str,
+    want_failed: dict[str, str],
+) -> None:
+    """Binpack prefers "busy" (a quarter of its card used). Its Reserve is refused as
+    NodeChanged; read again, it has not changed, so the same fit would be refused again: it
+    is left out, and the next attempt places the pod on "idle" (once tried on "busy", where
+    it once tried every attempt and answered ReservationConflict blaming another scheduler)."""
+    recorder.register_node("busy", [gpu_device("GPU-busy", memory_mib=CARD_MIB)])
+    recorder.register_node("idle", [gpu_device("GPU-idle", memory_mib=CARD_MIB)])
+    recorder.record(bound_pod("resident", "busy", allocation([("GPU-busy", 6144, 0)]),
+                              apps=[app_container("main", gpumem=6144)]))
+    client = RefusingRecorder(recorder.target, frozenset(refused))
+    stub = serve_placer(PodPlacer(client, reserve_attempts=3))
+    pod = half_card_pod("placed")
+
+    response = stub.Filter(
+        scheduler_pb2.FilterRequest(kubernetes_pod_json=to_json(pod), node_names=["busy", "idle"]),
+        timeout=RPC_TIMEOUT_S,
+    )
+    client.close()
+
+    assert (response.reason, response.node_name) == (want_reason, want_node), response.message
+    assert client.reserves.get("busy") == 1
+    assert dict(response.failed_nodes) == want_failed
+    assert "another scheduler" not in response.message
+    assert recorder.stored(pod["metadata"]["uid"]).found == (want_reason == "Scheduled")
