@@ -205,9 +205,6 @@ class Ledger:
         # namespace -> resource -> limit (absent = no limit)
         self._limits: dict[str, dict[str, int]] = {}
         self._nodes: dict[str, tuple[Device, ...]] = {}
-        # device UUID -> the node it is registered on (the first, should a journal written
-        # before duplicates were refused hold one on two nodes)
-        self._device_nodes: dict[str, str] = {}
         self.revision = 0
 
     # -- queries ---------------------------------------------------------------------------
@@ -730,34 +727,17 @@ class Ledger:
     def register_node(self, node_name: str, devices: Sequence[Device]) -> None:
         """Registers or replaces a node's inventory; usage charged on it is kept."""
         # Interned UUIDs: the pods' usage (interned too) then shares them instead of copies.
-        node_name = sys.intern(node_name)
-        inventory = tuple(
+        self._nodes[sys.intern(node_name)] = tuple(
             device if sys.intern(device.uuid) is device.uuid
             else dataclasses.replace(device, uuid=sys.intern(device.uuid))
             for device in devices
         )
-        self._unindex_devices(node_name)
-        self._nodes[node_name] = inventory
-        for device in inventory:
-            self._device_nodes.setdefault(device.uuid, node_name)
         self.revision += 1
 
     def forget_node(self, node_name: str) -> None:
         """Drops a node's inventory; pods charged on it keep their stored usage until forgotten."""
-        self._unindex_devices(node_name)
         if self._nodes.pop(node_name, None) is not None:
             self.revision += 1
-
-    def device_nodes(self, uuids: Iterable[str]) -> dict[str, str]:
-        """The node each of ``uuids`` is registered on, for those registered."""
-        owners = self._device_nodes
-        return {uuid: owners[uuid] for uuid in uuids if uuid in owners}
-
-    def _unindex_devices(self, node_name: str) -> None:
-        owners = self._device_nodes
-        for device in self._nodes.get(node_name, ()):
-            if owners.get(device.uuid) == node_name:
-                del owners[device.uuid]
 
     def set_quota(self, namespace: str, limits: Mapping[str, int]) -> None:
         """Replaces a namespace's limits (keyed by resource name); used amounts are kept."""

@@ -33,8 +33,7 @@ from accounting.model import (
     QuotaItem,
 )
 from accounting.policy import AccountingPolicy
-from accounting.vendor_spec import DeviceSource
-from accounting.vendors import NVIDIA, NVIDIA_RESOURCES, VendorResources, specs_for
+from accounting.vendors import NVIDIA, NVIDIA_RESOURCES, VendorResources
 from hami.accounting.v1 import types_pb2, usage_pb2
 
 T = TypeVar("T")
@@ -160,49 +159,6 @@ def grants_as_sent(
             container, grant = int(match[1]), int(match[2])
             if container < len(places) and grant < len(places[container]):
                 path = places[container][grant] + violation.path[match.end():]
-        violations.append(FieldViolation(path, violation.message))
-    return InvalidInputError(violations)
-
-
-_DEVICE_PATH = re.compile(r"devices\[(\d+)\]")
-"""A store's path of a device of the inventory it was given, e.g. ``devices[1].uuid``."""
-
-
-def devices_as_sent(
-    error: InvalidInputError,
-    request: usage_pb2.RegisterNodeRequest,
-    devices: Sequence[Device],
-    vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
-) -> InvalidInputError:
-    """``error`` with each device of the registered inventory named where the request wrote it:
-    the typed ``inventory.devices[1]``, or for Kubernetes JSON its vendor's register
-    annotation entry, ``kubernetes_node_json.metadata.annotations["hami.io/node-nvidia-register"]
-    [1]`` (a device read from another source, the annotation or capacity as a whole). For a
-    refusal by the recorder's state (an id another node holds); other paths are kept."""
-    if request.WhichOneof("node_source") == "inventory":
-        places = [f"inventory.devices[{index}]" for index in range(len(devices))]
-    else:
-        specs = {spec.vendor: spec for spec in specs_for(vendors)}
-        seen: dict[str, int] = {}
-        places = []
-        for device in devices:
-            spec = specs.get(device.vendor)
-            position = seen[device.vendor] = seen.get(device.vendor, -1) + 1
-            if spec is None or not spec.register_annotation:
-                places.append("kubernetes_node_json.status.capacity")
-                continue
-            place = f'kubernetes_node_json.metadata.annotations["{spec.register_annotation}"]'
-            json_array = spec.devices is DeviceSource.REGISTER_JSON
-            places.append(f"{place}[{position}]" if json_array else place)
-    violations: list[FieldViolation] = []
-    for violation in error.violations:
-        match = _DEVICE_PATH.match(violation.path)
-        path = violation.path
-        if match is not None and int(match[1]) < len(places):
-            rest = violation.path[match.end():]
-            if request.WhichOneof("node_source") != "inventory" and rest == ".uuid":
-                rest = ".id" if places[int(match[1])].endswith("]") else ""
-            path = places[int(match[1])] + rest
         violations.append(FieldViolation(path, violation.message))
     return InvalidInputError(violations)
 

@@ -173,10 +173,7 @@ class UsageRecorderServicer(usage_pb2_grpc.UsageRecorderServicer):
     ) -> usage_pb2.RegisterNodeResponse:
         self._require_leader()
         node = common.node_from_source(request, self._vendors)
-        try:
-            snapshot = self._store.register_node(node.node_name, node.devices)
-        except InvalidInputError as error:
-            raise common.devices_as_sent(error, request, node.devices, self._vendors) from None
+        snapshot = self._store.register_node(node.node_name, node.devices)
         return self._with_revision(convert.register_node_response(snapshot))
 
     @map_errors

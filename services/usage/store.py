@@ -49,7 +49,7 @@ from accounting.model import (
 )
 from accounting.policy import AccountingPolicy
 from accounting.quota import quota_items_from_limits, quota_keys
-from accounting.validate import MAX_QUOTA_LIMIT, quote, validate_devices
+from accounting.validate import MAX_QUOTA_LIMIT, validate_devices
 from services.common import metrics, telemetry
 from services.common.errors import DependencyUnavailableError
 from services.usage import metrics as usage_metrics
@@ -486,7 +486,6 @@ class UsageStore:
         with self._lock:
             previous = self._ledger.node_devices(node_name)
             if previous != devices:
-                _refuse_devices_of_other_nodes(self._ledger, node_name, devices)
                 revision = self._ledger.revision
                 self._ledger.register_node(node_name, devices)
 
@@ -874,26 +873,6 @@ def _go_on_after(
         extra={**lost, "on_damage": on_damage, "revision": revision},
     )
     return dataclasses.replace(state, revision=revision, damage=None)
-
-
-def _refuse_devices_of_other_nodes(
-    ledger: Ledger, node_name: str, devices: Sequence[Device]
-) -> None:
-    """A device id is a card's hardware identity (a GPU UUID), or made unique per node by HAMi
-    itself (``<node>-cambricon-mlu-0``): one registered on two nodes is a misconfigured or
-    forged registration, and is refused naming the node that holds it. HAMi keys usage by node
-    and would count two cards; the second node registers once the first no longer lists it."""
-    owners = ledger.device_nodes(device.uuid for device in devices)
-    found = Violations()
-    for index, device in enumerate(devices):
-        owner = owners.get(device.uuid)
-        if owner is not None and owner != node_name:
-            found.add(
-                f"devices[{index}].uuid",
-                f"device {quote(device.uuid)} is registered on node {quote(owner)}; a device "
-                "belongs to one node (that node must stop listing it first)",
-            )
-    found.raise_if_any()
 
 
 def _changed_uid(change: LedgerChange) -> str:

@@ -32,7 +32,6 @@ from hami.accounting.v1 import (
     admission_pb2_grpc,
     scheduler_pb2,
     scheduler_pb2_grpc,
-    types_pb2,
     usage_pb2,
     usage_pb2_grpc,
 )
@@ -219,10 +218,6 @@ def test_a_pod_of_every_vendor_is_admitted_placed_recorded_shrunk_and_released(
             usage_pb2.GetNodeUsageRequest(node_names=[node_name]), timeout=TIMEOUT_S
         ).nodes
         assert not node.devices[0].mig_in_use
-    # The node lists no device any more: the next case's node may register the same ids
-    # (HAMi's tests give several vendors' cards the same one; a device belongs to one node).
-    recorder.RegisterNode(usage_pb2.RegisterNodeRequest(
-        node_name=node_name, inventory=types_pb2.NodeInventory()), timeout=TIMEOUT_S)
 
 
 def test_a_mig_pod_no_instance_fits_is_refused_with_a_reason(stack: Stack) -> None:
