@@ -29,7 +29,7 @@ from accounting.model import (
     DeviceUsage,
     Pod,
 )
-from accounting.pod import remaining_usage
+from accounting.pod import remaining_usage, steady_state_usage
 
 
 class Decision(enum.Enum):
@@ -336,3 +336,30 @@ def decide(
         )
     # `candidate` may differ from `previous` only in the progress it records.
     return LifecycleDecision(Decision.UNCHANGED, candidate, "regular init containers still running")
+
+
+def init_share_held(pod: Pod, stored: StoredPod | None) -> tuple[DeviceUsage, ...]:
+    """The part of what is stored for ``pod`` that only its regular init containers hold, per
+    device UUID: stored minus steady state, each dimension floored at 0, sorted by UUID.
+
+    This is what the shrink (or a partial release) will give back once they finish; nothing
+    once released or terminal, or for a pod without a regular init container. ``stored`` must
+    be what the ledger keeps for ``pod`` after this update.
+    """
+    if stored is None or stored.init_released or stored.terminal or not stored.usage:
+        return ()
+    if not any(c.container_class is ContainerClass.INIT for c in pod.containers):
+        return ()
+    steady = {entry.uuid: entry for entry in steady_state_usage(pod)}
+    held: list[DeviceUsage] = []
+    for entry in stored.usage:
+        base = steady.get(entry.uuid)
+        memory_mib = entry.memory_mib - (base.memory_mib if base else 0)
+        core_percent = entry.core_percent - (base.core_percent if base else 0)
+        slots = entry.slots - (base.slots if base else 0)
+        if memory_mib > 0 or core_percent > 0 or slots > 0:
+            held.append(DeviceUsage(
+                entry.uuid, entry.vendor, max(memory_mib, 0), max(core_percent, 0),
+                max(slots, 0),
+            ))
+    return tuple(sorted(held, key=lambda e: e.uuid))

@@ -49,6 +49,18 @@ def rotated_pod(template: Pod, uid: str, node: str, slot: int) -> Pod:
                                containers=containers)
 
 
+def template_pod() -> Pod:
+    """The benchmark pod with its grants on placeholder UUIDs that ``rotated_pod`` moves."""
+    template = workload.granted_pod("template", "template-node")
+    return dataclasses.replace(
+        template,
+        containers=tuple(
+            dataclasses.replace(c, grants=tuple(
+                dataclasses.replace(g, uuid=f"GPU-x-{g.uuid.rsplit('-', 1)[1]}")
+                for g in c.grants))
+            for c in template.containers))
+
+
 def build_journal(data_dir: Path, pods: int, *, with_pods: bool = True) -> dict[str, float]:
     """Registers the nodes and records ``pods`` pods through the store; returns throughput."""
     shutil.rmtree(data_dir, ignore_errors=True)
@@ -63,14 +75,7 @@ def build_journal(data_dir: Path, pods: int, *, with_pods: bool = True) -> dict[
         for n in range(nodes):
             name = workload.node_name(n)
             store.register_node(name, workload.node_devices(name))
-        template = workload.granted_pod("template", "template-node")
-        template = dataclasses.replace(
-            template,
-            containers=tuple(
-                dataclasses.replace(c, grants=tuple(
-                    dataclasses.replace(g, uuid=f"GPU-x-{g.uuid.rsplit('-', 1)[1]}")
-                    for g in c.grants))
-                for c in template.containers))
+        template = template_pod()
         started = time.perf_counter()
         count = pods if with_pods else 0
         for i in range(count):

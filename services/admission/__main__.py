@@ -30,7 +30,7 @@ from services.admission.usage_source import (
     WatchedUsageSource,
 )
 from services.admission.webhook import WebhookServer, WebhookStartError
-from services.common import telemetry
+from services.common import metrics, telemetry
 from services.common.config import env_name
 from services.common.daemon import (
     RECORDER_SETTING_FLAGS,
@@ -89,7 +89,9 @@ def make_usage_source(
         return direct, policy
     # Untraced: one long-lived stream per minute would only add noise to the traces.
     watch_channel = client_channel(config.usage_addr, tls=config.common.tls)
-    return WatchedUsageSource(direct, watch_channel, policy=policy).start(), policy
+    watched = WatchedUsageSource(direct, watch_channel, policy=policy).start()
+    metrics.bind_cache_synced(METRICS_SERVICE, lambda: watched.complete)
+    return watched, policy
 
 
 def start(

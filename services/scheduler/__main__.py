@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from opentelemetry.sdk.trace import TracerProvider
 
 from accounting.fit import POLICIES
-from services.common import telemetry
+from services.common import metrics, telemetry
 from services.common.daemon import (
     RECORDER_SETTING_FLAGS,
     USAGE_ADDR_FLAG,
@@ -126,6 +126,8 @@ def start(
         raise
     if node_cache is not None:
         node_cache.start()
+        cache = node_cache
+        metrics.bind_cache_synced(METRICS_SERVICE, lambda: cache.complete)
     return SchedulerDaemon(config, handle, placer, recorder, tracer_provider, node_cache)
 
 

@@ -207,6 +207,13 @@ class NodeCache:
         with self._lock:
             return self._live
 
+    @property
+    def complete(self) -> bool:
+        """True while a stream is open and its initial state is complete: the copy then holds
+        everything the recorder has."""
+        with self._lock:
+            return self._live and self._complete
+
     def cached(self) -> dict[str, NodeState | None]:
         """A copy of what the cache holds: node name -> state, None for "not registered"."""
         with self._lock:

@@ -104,6 +104,7 @@ from services.common.policy import (
     under_recorder_policy,
 )
 from services.scheduler import convert, fit_kernel
+from services.scheduler import metrics as scheduler_metrics
 from services.scheduler.config import DEFAULT_RESERVE_ATTEMPTS, DEFAULT_USAGE_TIMEOUT_MS
 from services.scheduler.convert import (
     FilterInput,
@@ -390,6 +391,7 @@ class PodPlacer:
         policy: AccountingPolicy | None,
         view: _StartView,
     ) -> FilterOutcome:
+        started_s = time.perf_counter()
         timeout = call_timeout or (lambda: self.usage_timeout_s)
         attributes = {"node_count": len(node_names)}
         with telemetry.pod_span(self._tracer, SPAN_NAME, pod, attributes=attributes) as span:
@@ -413,7 +415,12 @@ class PodPlacer:
                 extra={"pod_uid": pod.uid, "reason": outcome.reason,
                        "attempts": outcome.attempts},
             )
-        record_decision(METRICS_SERVICE, _DECISIONS[outcome.reason], outcome.reason)
+        decision = _DECISIONS[outcome.reason]
+        record_decision(METRICS_SERVICE, decision, outcome.reason)
+        scheduler_metrics.count_node_refusals(
+            outcome.fit.failed_nodes.values(), unregistered=len(outcome.unregistered)
+        )
+        scheduler_metrics.observe_filter(decision, time.perf_counter() - started_s)
         return outcome
 
     def _snapshot(

@@ -26,6 +26,7 @@ from services.common import metrics, telemetry
 from services.common.aio_server import UnaryCalls, build_aio_server
 from services.common.daemon import DaemonSpec, Flag, run
 from services.common.server import DaemonServer
+from services.usage import metrics as usage_metrics
 from services.usage.config import KUBERNETES_MODES, UsageConfig
 from services.usage.journal import (
     EXIT_JOURNAL_DAMAGED,
@@ -35,6 +36,7 @@ from services.usage.journal import (
     JournalDamagedError,
     JournalError,
 )
+from services.usage.scrape import RecorderScrape
 from services.usage.servicer import (
     INLINE_METHODS,
     SERVICE_NAME,
@@ -290,6 +292,8 @@ def start(
         handle, needs_sync=api_client is not None, needs_leader=leader_view is not None
     )
     store.set_synced_callback(readiness.set_synced)
+    _serve_metrics(store, leader_view, needs_sync=api_client is not None,
+                   legacy_hami_metrics=config.hami_legacy_metrics)
     recorder = UsageRecorder(
         config=config,
         handle=handle,
@@ -306,6 +310,26 @@ def start(
             recorder.stop(grace_s=0)
             raise
     return recorder
+
+
+def _serve_metrics(
+    store: UsageStore,
+    leader_view: LeaderView | None,
+    *,
+    needs_sync: bool,
+    legacy_hami_metrics: bool,
+) -> None:
+    """Points this process's /metrics at this recorder: its scrape-time families, its
+    leadership, sync and WatchUsage gauges (the last recorder started in a process wins)."""
+    metrics.set_scrape_text(
+        RecorderScrape(store, legacy_hami_metrics=legacy_hami_metrics).render
+    )
+    usage_metrics.bind_recorder(
+        is_leader=(lambda: leader_view.is_leader) if leader_view is not None else (lambda: True),
+        open_streams=lambda: store.hub.open_streams,
+        lag_events=lambda: store.hub.furthest_behind_events,
+    )
+    metrics.bind_cache_synced(SERVICE, (lambda: store.synced) if needs_sync else (lambda: True))
 
 
 def _start_kubernetes(
@@ -358,6 +382,8 @@ SPEC: DaemonSpec[UsageConfig, UsageRecorder] = DaemonSpec(
              "incomplete, set it aside and start empty for the Kubernetes re-list to rebuild "
              "(=rebuild-from-kubernetes)",
              {"action": "store_const", "const": ON_DAMAGE_REBUILD}),
+        Flag("--hami-legacy-metrics", "HAMI_LEGACY_METRICS", "also serve HAMi's pre-2.8 metric "
+             "names (HAMi's --legacy-metrics); default false", {"metavar": "true|false"}),
         Flag("--vendors", "VENDORS", "vendors accounted, for every daemon: keywords of the "
              "vendor table, default (HAMi's chart: all but Ascend and Iluvatar) or all; "
              "default default", {"metavar": "LIST"}),

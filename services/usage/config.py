@@ -88,6 +88,10 @@ class UsageConfig:
     """Open WatchUsage streams served at most; past it a new one is refused with
     RESOURCE_EXHAUSTED (HAMI_ACCOUNTING_MAX_WATCH_STREAMS; one per admission and scheduler
     replica is what the daemons open)."""
+    hami_legacy_metrics: bool = False
+    """Also serve HAMi's pre-2.8 scheduler metric names (``GPUDeviceMemoryLimit``,
+    ``vGPUMemoryAllocated``, ``QuotaUsed``...) beside the ``hami_*`` ones, as HAMi's
+    ``--legacy-metrics`` does (HAMI_ACCOUNTING_HAMI_LEGACY_METRICS, default false)."""
     journal_on_damage: str = ON_DAMAGE_REFUSE
     """What to do when the journal is damaged or incomplete at start
     (HAMI_ACCOUNTING_JOURNAL_ON_DAMAGE): ``refuse`` (exit 3), ``accept-loss`` (keep what is
@@ -151,6 +155,7 @@ class UsageConfig:
             env, "MAX_WATCH_STREAMS", DEFAULT_MAX_STREAMS, problems=problems, minimum=1,
             maximum=100_000,
         )
+        hami_legacy_metrics = env_bool(env, "HAMI_LEGACY_METRICS", False, problems=problems)
         journal_on_damage = env_choice(
             env, "JOURNAL_ON_DAMAGE", ON_DAMAGE_MODES, ON_DAMAGE_REFUSE, problems=problems
         )
@@ -174,6 +179,7 @@ class UsageConfig:
             vendors=vendors,
             journal_sync=journal_sync,
             max_watch_streams=max_watch_streams,
+            hami_legacy_metrics=hami_legacy_metrics,
             journal_on_damage=journal_on_damage,
         )
 

@@ -54,6 +54,7 @@ from services.common import metrics, telemetry
 from services.common.errors import DependencyUnavailableError
 from services.usage import metrics as usage_metrics
 from services.usage.events import EventKind, NodeSnapshot, UsageEvent, WatchContent
+from services.usage.init_share import HeldShare, InitShareBook
 from services.usage.journal import (
     ON_DAMAGE_MODES,
     ON_DAMAGE_REBUILD,
@@ -93,6 +94,24 @@ class RecoverySummary:
     seconds: float
     damage: JournalDamage | None = None
     """What was wrong with the journal, when the recorder went on anyway."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreReading:
+    """What a metrics scrape reports, read under one hold of the store's lock (a consistent
+    state: every figure is of the same revision). Only references are taken under the lock:
+    stored pods and inventories are immutable, so what is derived from them is worked out
+    after it is released."""
+
+    revision: int
+    nodes: tuple[tuple[str, tuple[Device, ...]], ...]
+    """Every registered node's inventory, in registration order."""
+    pods: tuple[StoredPod, ...]
+    namespaces: tuple[tuple[str, tuple[QuotaItem, ...]], ...]
+    """Namespaces with usage or limits, sorted, with one item per such resource."""
+    init_shares: Mapping[str, HeldShare]
+    """uid -> the init share its stored value holds (``services.usage.init_share``): it
+    counts only while ``share.stored`` is the very stored pod of ``pods``."""
 
 
 class _StoreMetrics:
@@ -164,6 +183,7 @@ class UsageStore:
         """The fan-out to WatchUsage streams; a change's node snapshot (the costly part of an
         event) is only built when an attached watcher wants nodes (``hub.wanted``)."""
         self._metrics = _StoreMetrics()
+        self._init_share = InitShareBook()
         self._traceparents: dict[str, str] = {}
         """uid -> the pod's hami.io/traceparent, for spans about it that carry no pod."""
         self._on_synced = on_synced
@@ -264,6 +284,10 @@ class UsageStore:
                 outcome = ledger.record(belief.pod)
                 if outcome.change.changed or outcome.change.tombstone is not None:
                     self._commit_pod_change(outcome.change, revision, _traceparent(pod))
+                self._init_share.note(
+                    belief.pod, ledger.pod(pod.uid), decision=outcome.decision,
+                    before=outcome.change.before,
+                )
             if belief.distrusted:
                 telemetry.set_attributes(span, {"distrusted": list(belief.distrusted)})
                 _LOG.warning(
@@ -321,6 +345,7 @@ class UsageStore:
                 change = self._ledger.forget(pod_uid)
                 if change.changed or change.tombstone is not None:
                     self._commit_pod_change(change, revision)
+                self._init_share.forget(pod_uid)
             released = change.before
             if released is not None:
                 telemetry.set_attributes(
@@ -368,6 +393,8 @@ class UsageStore:
                 )
                 if outcome.change is not None and outcome.change.changed:
                     self._commit_pod_change(outcome.change, revision, _traceparent(pod))
+                if outcome.reserved:
+                    self._init_share.note(pod, self._ledger.pod(pod.uid))
             telemetry.set_attributes(
                 span,
                 {
@@ -629,6 +656,7 @@ class UsageStore:
             finally:
                 self._ledger.revision = revision
             if isinstance(error, JournalError):
+                usage_metrics.count_journal_failure()
                 _LOG.error("journal write failed; change undone", extra={"error": str(error)})
                 raise DependencyUnavailableError(
                     f"journal unavailable, change not recorded: {error}"
@@ -667,6 +695,23 @@ class UsageStore:
         this revision or later has seen them all)."""
         with self._lock:
             return self._visible_revision
+
+    def reading(self) -> StoreReading:
+        """Everything a metrics scrape reports, of one revision (``StoreReading``)."""
+        with self._lock:
+            ledger = self._ledger
+            return StoreReading(
+                revision=self._visible_revision,
+                nodes=tuple(
+                    (name, ledger.node_devices(name) or ()) for name in ledger.node_names()
+                ),
+                pods=tuple(ledger.pods()),
+                namespaces=tuple(
+                    (namespace, tuple(ledger.namespace_items(namespace).values()))
+                    for namespace in ledger.namespaces()
+                ),
+                init_shares=self._init_share.copy(),
+            )
 
     def pod(self, pod_uid: str) -> StoredPod | None:
         """What is stored for a pod, or None."""

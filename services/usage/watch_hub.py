@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from services.usage import convert
+from services.usage import metrics as usage_metrics
 from services.usage.events import EncodedParts, EventKind, UsageEvent, WatchContent
 
 _LOG = logging.getLogger(__name__)
@@ -377,6 +378,13 @@ class WatchHub:
             return len(self._attached)
 
     @property
+    def furthest_behind_events(self) -> int:
+        """Events the attached watcher furthest behind has not been sent yet (0: none)."""
+        with self._lock:
+            head = self._log_start + len(self._log)
+            return max((head - stream.cursor for stream in self._attached), default=0)
+
+    @property
     def retained_events(self) -> int:
         """Events the log holds: those some attached watcher has not been sent yet."""
         with self._lock:
@@ -390,6 +398,7 @@ class WatchHub:
         """
         self._loop = self._turns.loop = asyncio.get_running_loop()
         if self._open >= self.max_streams:
+            usage_metrics.count_watch_cutoffs("stream_cap")
             raise StreamCapReachedError(
                 f"the recorder already serves its cap of {self.max_streams} WatchUsage streams "
                 "(HAMI_ACCOUNTING_MAX_WATCH_STREAMS); watch again later, or read directly"
@@ -517,6 +526,7 @@ class WatchHub:
             elif not stream.queued:
                 self._turns.request(stream)
         if cut:
+            usage_metrics.count_watch_cutoffs("lag", cut)
             _LOG.warning(
                 "cut off %d usage watcher(s) that fell more than %d changes behind",
                 cut, self.max_lag_events, extra={"max_lag_events": self.max_lag_events},

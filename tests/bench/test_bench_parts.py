@@ -1,7 +1,7 @@
 """The benchmark's parts that run on their own (``python -m bench.many_watchers``, ``python -m
-bench.tracing_cost``, ``python -m bench.scheduler_scale``): each runs end to end at the smallest
-size and prints its figures. No timing is asserted: at this size the figures mean nothing, only
-that every part runs."""
+bench.tracing_cost``, ``python -m bench.scheduler_scale``, ``python -m bench.metrics_scrape``):
+each runs end to end at the smallest size and prints its figures. No timing is asserted: at
+this size the figures mean nothing, only that every part runs."""
 
 from __future__ import annotations
 
@@ -40,3 +40,10 @@ def test_scheduler_scale_runs_alone() -> None:
                  "8 callers over 2 scheduler replicas", "no double booking: True",
                  "scheduler resident memory, 20 nodes", "0 missed", "load average"):
         assert line in out, out
+
+
+def test_metrics_scrape_runs_alone() -> None:
+    out = run("bench.metrics_scrape", "--nodes", "20", "--rounds", "1")
+    assert "20 nodes × 8 GPUs, 160 pods" in out, out
+    for figure in ("lock:", "cold:", "steady:", "churn:", "gzip:", "http:"):
+        assert figure in out, out

@@ -16,9 +16,11 @@ from typing import Any
 
 import grpc
 import pytest
+from prometheus_client import REGISTRY
 
 from accounting import kube_pod as kube_pod_parser
 from hami.accounting.v1 import scheduler_pb2, types_pb2
+from services.scheduler import metrics as scheduler_metrics
 from tests.scheduler.conftest import (
     FIXED_UNIX_S,
     NS,
@@ -476,6 +478,10 @@ def test_refilter_that_no_longer_fits_releases_the_earlier_reservation(
     assert recorder.namespace_used(NS) == 0
 
 
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
 def test_refilter_onto_other_nodes_moves_the_reservation(
     recorder: Recorder, scheduler: Scheduler
 ) -> None:
@@ -488,9 +494,17 @@ def test_refilter_onto_other_nodes_moves_the_reservation(
     assert moved.node_name == "node2"
     assert (recorder.node_memory("node1"), recorder.node_memory("node2")) == (0, 20480)
 
+    refusals = _sample("hami_accounting_filter_node_refusals_total",
+                       reason="CardInsufficientMemory")
+    no_fits = _sample("hami_accounting_filter_duration_seconds_count", decision="no-fit")
     refused = scheduler.filter(seed_pod(), ["small"])
     assert refused.reason == "NoNodeFits"
     assert dict(refused.failed_nodes) == {"small": "1/1 CardInsufficientMemory"}
+    # Counted by the reason's code, and timed under the Filter's decision.
+    assert _sample("hami_accounting_filter_node_refusals_total",
+                   reason="CardInsufficientMemory") == refusals + 1
+    assert _sample("hami_accounting_filter_duration_seconds_count",
+                   decision="no-fit") == no_fits + 1
     assert recorder.node_memory("node2") == 0
     assert not recorder.stored("uid-team-a-trainer").found
 
@@ -685,3 +699,22 @@ def test_ten_thousand_unknown_candidates_give_a_short_message(
     assert len(response.failed_nodes) == 10_000
     assert response.message.startswith("0/10000 nodes fit: ghost-00000: node unregistered; ")
     assert response.message.endswith("; and 9980 more")
+
+
+@pytest.mark.parametrize(
+    ("sentence", "codes"),
+    [
+        ("1/1 CardInsufficientMemory", ("CardInsufficientMemory",)),
+        ("3/8 CardInsufficientMemory, 5/8 CardTimeSlicingExhausted",
+         ("CardInsufficientMemory", "CardTimeSlicingExhausted")),
+        ("NodeInsufficientDevice", ("NodeInsufficientDevice",)),
+        ("node unregistered", ("node unregistered",)),
+        ("2/2 ResourceQuotaNotFit", ("ResourceQuotaNotFit",)),
+    ],
+    ids=["one code with its count", "two codes, each once", "a bare code",
+         "the unregistered phrase", "the quota refusal"],
+)
+def test_a_failed_nodes_sentence_is_counted_under_its_codes(
+    sentence: str, codes: tuple[str, ...]
+) -> None:
+    assert scheduler_metrics.reason_codes(sentence) == codes

@@ -297,9 +297,11 @@ def test_filter_reads_directly_while_the_stream_is_down_and_the_cache_comes_back
                 timeout=RPC_TIMEOUT_S)
         cache, client, stub = cached_placer(listen)
         wait_until(lambda: "node1" in cache.cached(), "the initial state")
+        wait_until(lambda: cache.complete, "the initial state to be complete")
 
         first.stop(grace_s=0)
         wait_until(lambda: not cache.live, "the stream to be noticed down")
+        assert not cache.complete
         # The copy is dropped, not served stale: Filter reads directly and fails closed.
         with pytest.raises(grpc.RpcError) as caught:
             filter_pod(stub, pod_of("a", HALF_MIB), ["node1"])
@@ -309,6 +311,7 @@ def test_filter_reads_directly_while_the_stream_is_down_and_the_cache_comes_back
         # The same recorder comes back (same journal): the stream reconnects with its state.
         second = start_recorder_at(listen, tmp_path / "usage")
         wait_until(lambda: cache.live and "node1" in cache.cached(), "the stream to come back")
+        wait_until(lambda: cache.complete, "the new initial state to be complete")
         reads_before = len(client.node_reads)
         response = filter_pod(stub, pod_of("a", HALF_MIB), ["node1"])
         assert response.reason == "Scheduled", response.message

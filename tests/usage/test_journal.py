@@ -20,6 +20,7 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import REGISTRY
 
 from accounting.errors import InvalidInputError
 from accounting.ledger import Ledger
@@ -496,10 +497,14 @@ def test_failed_journal_write_rolls_the_ledger_back(
     path = tmp_path / "usage.sqlite3"
     store = _store_with_state(path)
     before = snapshot(store)
+    failures = REGISTRY.get_sample_value("hami_accounting_journal_write_failures_total") or 0
     with failing_writes(path):
         with pytest.raises(DependencyUnavailableError, match="journal unavailable"):
             change(store)
         assert snapshot(store) == before, f"{name}: the ledger kept an unacknowledged change"
+    # Counted, for the alert on failing journal writes.
+    assert REGISTRY.get_sample_value("hami_accounting_journal_write_failures_total") == (
+        failures + 1)
     assert snapshot(recovered(path, max_tombstones=2)) == before
     # Once the journal works again the same change goes through and is durable.
     change(store)

@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client import REGISTRY
 
 from hami.accounting.v1 import usage_pb2
 from tests.support.fake_apiserver import FakeApiServer
@@ -100,6 +101,10 @@ def bound(**overrides: object) -> dict[str, object]:
                    **overrides)
 
 
+def _gauge(name: str, **labels: str) -> float | None:
+    return REGISTRY.get_sample_value(name, labels)
+
+
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
     server = FakeApiServer()
@@ -120,9 +125,12 @@ def test_informer_lifecycle_and_the_sync_gate(
     assert health_status(recorder) == NOT_SERVING
     assert health_status(recorder, "hami.accounting.v1.UsageRecorder") == NOT_SERVING
     assert health_status(recorder, "liveness") == SERVING
+    assert _gauge("hami_accounting_cache_synced", service="usage") == 0
 
     apiserver.start()
     wait_for(lambda: health_status(recorder) == SERVING, "the first sync")
+    assert _gauge("hami_accounting_cache_synced", service="usage") == 1
+    assert _gauge("hami_accounting_leader") == 1  # no election: the only replica writes
     assert namespace_mib(recorder) == (0, 24576)
     assert stored_mib(recorder, "uid-trainer") is None  # not scheduled: not tracked
     nodes = recorder.stub.GetNodeUsage(usage_pb2.GetNodeUsageRequest(), timeout=RPC_TIMEOUT_S)
@@ -249,6 +257,9 @@ def test_standby_refuses_writes_naming_the_leader_and_takes_over(
     # The standby is alive, not ready, and serves reads but refuses writes.
     assert health_status(standby, "liveness") == SERVING
     assert health_status(standby) == NOT_SERVING
+    # The gauges of this process follow the recorder started last: the standby.
+    assert _gauge("hami_accounting_leader") == 0
+    assert _gauge("hami_accounting_cache_synced", service="usage") == 0
     request = usage_pb2.SetQuotaRequest(namespace=NS, limits={"limits.nvidia.com/gpumem": 1})
     with pytest.raises(grpc.RpcError) as caught:
         standby.stub.SetQuota(request, timeout=RPC_TIMEOUT_S)
@@ -265,6 +276,8 @@ def test_standby_refuses_writes_naming_the_leader_and_takes_over(
     # The leader stops and releases the Lease: the standby takes over, lists, and serves.
     leader.stop()
     wait_for(lambda: health_status(standby) == SERVING, "replica-b to take over")
+    assert _gauge("hami_accounting_leader") == 1
+    assert _gauge("hami_accounting_cache_synced", service="usage") == 1
     standby.stub.SetQuota(request, timeout=RPC_TIMEOUT_S)
     nodes = standby.stub.GetNodeUsage(usage_pb2.GetNodeUsageRequest(), timeout=RPC_TIMEOUT_S)
     assert [n.node_name for n in nodes.nodes] == [NODE]

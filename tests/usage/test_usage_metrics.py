@@ -20,6 +20,17 @@ USAGE_ONLY = (
     "hami_accounting_journal_write_seconds",
     "hami_accounting_source_skips_total",
     "hami_accounting_source_skipped_objects",
+    "hami_accounting_journal_write_failures_total",
+    "hami_accounting_leader",
+    "hami_accounting_watch_streams",
+    "hami_accounting_watch_lag_events",
+    "hami_accounting_watch_cutoffs_total",
+)
+"""Families a fresh recorder shows before anything happened (those with a series per device,
+pod or namespace have none yet; they are checked in test_hami_metrics.py)."""
+SCHEDULER_ONLY = (
+    "hami_accounting_filter_duration_seconds",
+    "hami_accounting_filter_node_refusals_total",
 )
 
 
@@ -49,7 +60,9 @@ def test_journal_writes_are_observed() -> None:
 
 
 def _scrape(daemon: str, tmp_path_str: str) -> str:
-    """Starts ``daemon`` as its own process, returns its /metrics text, stops it."""
+    """Starts ``daemon`` as its own process, returns its /metrics text once it has started
+    (the endpoint serves from before: the recorder's own gauges are bound once it has
+    recovered its journal), stops it."""
     port = free_port()
     env = clean_env(HAMI_ACCOUNTING_LISTEN_ADDR=f"127.0.0.1:{free_port()}",
                     HAMI_ACCOUNTING_METRICS_ADDR=f"127.0.0.1:{port}",
@@ -63,7 +76,11 @@ def _scrape(daemon: str, tmp_path_str: str) -> str:
         while True:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                    return r.read().decode()
+                    text = r.read().decode()
+                if daemon != "usage" or "\nhami_accounting_leader 1.0\n" in text:
+                    return text
+                assert time.monotonic() < deadline, f"{daemon} never led:\n{text}"
+                time.sleep(0.1)
             except OSError:
                 assert process.poll() is None, f"{daemon} exited with {process.returncode}"
                 assert time.monotonic() < deadline, f"{daemon} served no /metrics"
@@ -83,3 +100,10 @@ def test_only_the_recorder_serves_its_own_families(daemon: str, tmp_path: object
         assert set(USAGE_ONLY) <= families
     else:
         assert not set(USAGE_ONLY) & families, sorted(families)
+    # prometheus_client writes a family's HELP and TYPE before its first series too.
+    if daemon == "scheduler":
+        assert set(SCHEDULER_ONLY) <= families
+    else:
+        assert not set(SCHEDULER_ONLY) & families, sorted(families)
+    if daemon != "usage":
+        assert "hami_accounting_leader" not in text

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 import pytest
+from prometheus_client import REGISTRY
 
 from accounting.model import QuotaItem
 from hami.accounting.v1 import usage_pb2
@@ -149,21 +150,36 @@ def test_a_long_backlog_is_split_into_bounded_batches() -> None:
     assert revisions == list(range(1, MAX_BATCH_EVENTS + 11))
 
 
+def _cutoffs(reason: str) -> float:
+    value = REGISTRY.get_sample_value("hami_accounting_watch_cutoffs_total", {"reason": reason})
+    assert value is not None  # both reasons are shown from the start
+    return value
+
+
 def test_a_watcher_too_far_behind_is_cut_off_and_the_log_stays_bounded() -> None:
     async def scenario() -> tuple[int, int, bool, str]:
         hub = WatchHub(max_lag_events=8)
         stuck, stuck_messages = watch(hub)  # never read: its transport would be blocked
         _reader, reader_messages = watch(hub)
-        for revision in range(1, 41):
+        for revision in range(1, 8):
+            hub.publish([change(revision)])
+            await take(reader_messages, 1)
+        lags.append(hub.furthest_behind_events)  # the stuck one, 7 behind
+        for revision in range(8, 41):
             hub.publish([change(revision)])  # a writer never waits
             await take(reader_messages, 1)
+        lags.append(hub.furthest_behind_events)  # the stuck one is gone: the reader is at 0
         retained = hub.retained_events
         with pytest.raises(WatcherCutOffError) as caught:
             await asyncio.wait_for(anext(stuck_messages), 5)
         return retained, hub.attached_count, stuck.cut_off, str(caught.value)
 
+    lags: list[int] = []
+    cut_before = _cutoffs("lag")
     retained, attached, cut_off, message = run(scenario)
     assert cut_off and attached == 1
+    assert lags == [7, 0]
+    assert _cutoffs("lag") == cut_before + 1
     assert retained <= 8
     assert "fell more than 8 changes behind" in message and "send_initial_state" in message
 
@@ -181,7 +197,9 @@ def test_past_the_cap_a_new_stream_is_refused_naming_the_cap() -> None:
             hub.open(WatchContent.ALL, False)
         return str(caught.value)
 
+    refused_before = _cutoffs("stream_cap")
     message = run(scenario)
+    assert _cutoffs("stream_cap") == refused_before + 2
     assert "cap of 3 WatchUsage streams" in message
     assert "HAMI_ACCOUNTING_MAX_WATCH_STREAMS" in message
 
