@@ -1,14 +1,16 @@
 """Installs the Debian packages verify and the tests need, or says at once what to install.
 
-The first step of ``make verify`` and ``make test`` (and so of CI's ``.ci/run``). Only the Go
-code needs anything outside the virtual environment: Debian's protoc, Go toolchain and Go
-gRPC/protobuf packages, for the Go module in clients/go (its generated code regenerated and
+The first step of ``make verify`` and ``make test`` (and so of CI's ``.ci/run``). Two parts
+need something outside the virtual environment: the Go code, Debian's protoc, Go toolchain and
+Go gRPC/protobuf packages, for the Go module in clients/go (its generated code regenerated and
 diffed, gofmt, go vet, its tests) and the Go interop test, built in GOPATH mode
-(docs/go-clients.md). Everything else comes from PyPI into ``.venv``.
+(docs/go-clients.md); and the monitoring tests, Debian's Prometheus server and promtool
+(deploy/monitoring/). Everything else comes from PyPI into ``.venv``.
 
 * Every package installed: one line, nothing else (one ``dpkg-query`` call, well under a second).
 * Something missing, run as root: ``apt-get update`` then one ``apt-get install -y`` of the
-  missing packages.
+  missing Go packages and one of the missing monitoring packages, the latter without the
+  packages they only recommend.
 * Something missing, not root: names the packages and the exact command, exits 2 and installs
   nothing, so ``make verify`` and ``make test`` stop before the virtual environment and the
   tests.
@@ -30,7 +32,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-DEBIAN_PACKAGES: tuple[tuple[str, str], ...] = (
+GO_PACKAGES: tuple[tuple[str, str], ...] = (
     ("golang-go", "go, gofmt: builds, vets and tests clients/go and the Go interop client"),
     ("protobuf-compiler", "protoc: generates clients/go/accountingv1 from protos/"),
     ("protoc-gen-go", "protoc's Go messages plugin"),
@@ -41,6 +43,14 @@ DEBIAN_PACKAGES: tuple[tuple[str, str], ...] = (
     # v1.28 messages at the first RPC ("protobuf tag not enough fields").
     ("golang-github-golang-protobuf-1-5-dev", "github.com/golang/protobuf 1.5"),
 )
+"""(package, why) of the Go code, in install order (installed with what they recommend: the Go
+toolchain's C compiler among it)."""
+MONITORING_PACKAGES: tuple[tuple[str, str], ...] = (
+    ("prometheus", "prometheus, promtool: the dashboard and alert rules are tested with them"),
+)
+"""(package, why) of the monitoring tests, installed without what they only recommend (for
+prometheus: node-exporter and its collectors, about 30 packages and 300 MB no test uses)."""
+DEBIAN_PACKAGES: tuple[tuple[str, str], ...] = GO_PACKAGES + MONITORING_PACKAGES
 """(package, why) for everything ``make verify`` and ``make test`` need from Debian, in install
 order."""
 
@@ -71,9 +81,23 @@ def packages() -> tuple[str, ...]:
     return tuple(name for name, _why in DEBIAN_PACKAGES)
 
 
+def go_packages() -> tuple[str, ...]:
+    return tuple(name for name, _why in GO_PACKAGES)
+
+
+def install_groups(missing: Sequence[str]) -> list[list[str]]:
+    """The ``apt-get install`` arguments that install ``missing``: the Go packages with their
+    recommendations, then the monitoring ones without (each group only when it has any)."""
+    without = {name for name, _why in MONITORING_PACKAGES}
+    groups = [[name for name in missing if name not in without],
+              ["--no-install-recommends", *(name for name in missing if name in without)]]
+    return [group for group in groups if any(not arg.startswith("-") for arg in group)]
+
+
 def install_command(missing: Sequence[str]) -> str:
     """The command a person runs as root to install ``missing``."""
-    return "apt-get update && apt-get install -y " + " ".join(missing)
+    return " && ".join(["apt-get update"] + [
+        "apt-get install -y " + " ".join(group) for group in install_groups(missing)])
 
 
 def _run(command: Sequence[str], env: Mapping[str, str],
@@ -111,10 +135,13 @@ def query(names: Sequence[str], run: Runner = _run,
 
 def install(missing: Sequence[str], run: Runner = _run,
             env: Mapping[str, str] | None = None, out: Callable[[str], None] = _say) -> int:
-    """apt-get update, then one apt-get install of ``missing``; apt's output is shown."""
+    """apt-get update, then an apt-get install per group of ``missing`` (``install_groups``);
+    apt's output is shown."""
     apt_env = dict(os.environ if env is None else env)
     apt_env["DEBIAN_FRONTEND"] = "noninteractive"
-    for command in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", *missing]):
+    commands = [["apt-get", "update", "-q"]] + [
+        ["apt-get", "install", "-y", "-q", *group] for group in install_groups(missing)]
+    for command in commands:
         out("+ " + " ".join(command))
         # Not captured: apt's own lines are the progress of this phase.
         result = run(command, apt_env, False)
@@ -136,7 +163,8 @@ def main(argv: Sequence[str] | None = None, *, run: Runner = _run,
     names = packages()
     status = query(names, run, env)
     if status.complete:
-        out(f"== Debian packages: all {len(names)} installed (Go toolchain for clients/go)")
+        out(f"== Debian packages: all {len(names)} installed (Go toolchain for clients/go, "
+            "Prometheus for the monitoring tests)")
         return EXIT_OK
     listed = " ".join(status.missing)
     if args.check:
@@ -144,7 +172,7 @@ def main(argv: Sequence[str] | None = None, *, run: Runner = _run,
         return EXIT_MISSING
     root = (os.geteuid() if euid is None else euid) == 0
     if not root:
-        out("== Debian packages: the Go code needs these, which are not installed:")
+        out("== Debian packages: verify and the tests need these, which are not installed:")
         why = dict(DEBIAN_PACKAGES)
         for name in status.missing:
             out(f"     {name:<40} {why[name]}")

@@ -319,13 +319,15 @@ def _serve_metrics(
     needs_sync: bool,
     legacy_hami_metrics: bool,
 ) -> None:
-    """Points this process's /metrics at this recorder: its scrape-time families, its
-    leadership, sync and WatchUsage gauges (the last recorder started in a process wins)."""
+    """Points this process's /metrics at this recorder: its scrape-time families (while it
+    leads), its leadership, sync and WatchUsage gauges (the last recorder started in a process
+    wins)."""
+    is_leader = (lambda: leader_view.is_leader) if leader_view is not None else (lambda: True)
     metrics.set_scrape_text(
-        RecorderScrape(store, legacy_hami_metrics=legacy_hami_metrics).render
+        RecorderScrape(store, legacy_hami_metrics=legacy_hami_metrics, leading=is_leader).render
     )
     usage_metrics.bind_recorder(
-        is_leader=(lambda: leader_view.is_leader) if leader_view is not None else (lambda: True),
+        is_leader=is_leader,
         open_streams=lambda: store.hub.open_streams,
         lag_events=lambda: store.hub.furthest_behind_events,
     )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import operator
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from accounting.lifecycle import StoredPod
@@ -65,13 +65,22 @@ class _PodLines:
 class RecorderScrape:
     """Writes the scrape-time families of one store; ``render`` is what /metrics appends."""
 
-    def __init__(self, store: UsageStore, *, legacy_hami_metrics: bool = False) -> None:
+    def __init__(
+        self,
+        store: UsageStore,
+        *,
+        legacy_hami_metrics: bool = False,
+        leading: Callable[[], bool] = lambda: True,
+    ) -> None:
         """Args:
         store: the recorder's store.
         legacy_hami_metrics: also write HAMi's pre-2.8 metric names (HAMi's
             ``--legacy-metrics``).
+        leading: whether this replica takes writes; a standby writes none of these
+            families (its copy is stale, and a sum over replicas must count the cluster once).
         """
         self._store = store
+        self._leading = leading
         self._legacy = legacy_hami_metrics
         self._device_families, self._pod_families, self._quota_families = (
             hami_metrics.families(legacy_hami_metrics)
@@ -95,6 +104,8 @@ class RecorderScrape:
 
     def render(self) -> str:
         """The text of every scrape-time family, of one revision of the store."""
+        if not self._leading():
+            return ""
         with self._lock:
             return "".join(self._render(self._store.reading()))
 

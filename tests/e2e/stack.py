@@ -4,7 +4,8 @@
   (as ``ReceivedSpan``, ids in hex, attributes as Python values, with the sender's
   ``service.name``).
 * ``Stack``: ``python -m services.cli serve usage|admission|scheduler`` in three processes on
-  free ports, their output in log files, stopped with SIGTERM (so their tracer providers flush).
+  free ports, their output in log files, stopped with SIGTERM (so their tracer providers flush);
+  ``Stubs``, a client of each.
 * ``span_tree``: a trace drawn as an indented tree, for failure messages and the docs.
 """
 
@@ -28,6 +29,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+from hami.accounting.v1 import admission_pb2_grpc, scheduler_pb2_grpc, usage_pb2_grpc
 from services.cli import check_health
 
 REPO = Path(__file__).resolve().parents[2]
@@ -208,6 +210,8 @@ class Daemon:
     addr: str
     process: subprocess.Popen[bytes]
     log: Path
+    metrics_addr: str | None = None
+    """Where its /metrics is served (None: off)."""
 
 
 class StackError(AssertionError):
@@ -217,9 +221,11 @@ class StackError(AssertionError):
 class Stack:
     """The three daemons as subprocesses of this test, on free ports."""
 
-    def __init__(self, workdir: Path, env: Mapping[str, str]) -> None:
+    def __init__(self, workdir: Path, env: Mapping[str, str], *, metrics: bool = False) -> None:
+        """``metrics``: each daemon serves /metrics on a free port (off otherwise)."""
         self.workdir = workdir
         self.env = dict(env)
+        self.metrics = metrics
         self.daemons: dict[str, Daemon] = {}
 
     def addr(self, name: str) -> str:
@@ -227,11 +233,12 @@ class Stack:
 
     def _spawn(self, name: str, extra: Mapping[str, str]) -> Daemon:
         addr = f"127.0.0.1:{free_port()}"
+        metrics_addr = f"127.0.0.1:{free_port()}" if self.metrics else None
         env = {
             **self.env,
             **extra,
             "HAMI_ACCOUNTING_LISTEN_ADDR": addr,
-            "HAMI_ACCOUNTING_METRICS_ADDR": "off",
+            "HAMI_ACCOUNTING_METRICS_ADDR": metrics_addr or "off",
         }
         log = self.workdir / f"{name}.log"
         with log.open("ab") as out:
@@ -243,7 +250,7 @@ class Stack:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        daemon = Daemon(name, addr, process, log)
+        daemon = Daemon(name, addr, process, log, metrics_addr)
         self.daemons[name] = daemon
         return daemon
 
@@ -314,6 +321,32 @@ class Stack:
 
     def logs(self) -> str:
         return "\n".join(f"--- {d.name} ---\n{log_tail(d.log)}" for d in self.daemons.values())
+
+
+@dataclass
+class Stubs:
+    """A client of each daemon of a stack."""
+
+    usage: usage_pb2_grpc.UsageRecorderStub
+    admission: admission_pb2_grpc.AdmissionStub
+    scheduler: scheduler_pb2_grpc.SchedulerStub
+    channels: list[grpc.Channel]
+
+    @classmethod
+    def dial(cls, stack: Stack) -> Stubs:
+        channels = [
+            grpc.insecure_channel(stack.addr(n)) for n in ("usage", "admission", "scheduler")
+        ]
+        return cls(
+            usage_pb2_grpc.UsageRecorderStub(channels[0]),
+            admission_pb2_grpc.AdmissionStub(channels[1]),
+            scheduler_pb2_grpc.SchedulerStub(channels[2]),
+            channels,
+        )
+
+    def close(self) -> None:
+        for channel in self.channels:
+            channel.close()
 
 
 # -- drawing a trace ---------------------------------------------------------------------------

@@ -26,18 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from hami.accounting.v1 import (
     admission_pb2,
-    admission_pb2_grpc,
     scheduler_pb2,
-    scheduler_pb2_grpc,
     usage_pb2,
-    usage_pb2_grpc,
 )
-from tests.e2e.stack import OtlpSink, ReceivedSpan, Stack, clean_env, span_tree
+from tests.e2e.stack import OtlpSink, ReceivedSpan, Stack, Stubs, clean_env, span_tree
 from tests.support.pods import (
     app_container,
     gpu_device,
@@ -71,30 +67,6 @@ SERVICE_OF = {
 }
 POD_SPAN_NAMES = set(SERVICE_OF)
 RESERVE_RPC = "/hami.accounting.v1.UsageRecorder/Reserve"
-
-
-@dataclass
-class Stubs:
-    usage: usage_pb2_grpc.UsageRecorderStub
-    admission: admission_pb2_grpc.AdmissionStub
-    scheduler: scheduler_pb2_grpc.SchedulerStub
-    channels: list[grpc.Channel]
-
-    @classmethod
-    def dial(cls, stack: Stack) -> Stubs:
-        channels = [
-            grpc.insecure_channel(stack.addr(n)) for n in ("usage", "admission", "scheduler")
-        ]
-        return cls(
-            usage_pb2_grpc.UsageRecorderStub(channels[0]),
-            admission_pb2_grpc.AdmissionStub(channels[1]),
-            scheduler_pb2_grpc.SchedulerStub(channels[2]),
-            channels,
-        )
-
-    def close(self) -> None:
-        for channel in self.channels:
-            channel.close()
 
 
 @dataclass

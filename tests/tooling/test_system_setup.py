@@ -1,5 +1,5 @@
-"""scripts/system_setup.py, the first step of `make test`: the Debian packages of the Go interop
-test are installed as root and named (then the run stops) otherwise.
+"""scripts/system_setup.py, the first step of `make test`: the Debian packages of the Go code and
+of the monitoring tests are installed as root and named (then the run stops) otherwise.
 
 A fresh machine cannot be had here (the packages are installed on this one), so dpkg and apt are
 faked: in-process through the runner the script takes, and as real programs on a fake PATH for
@@ -36,6 +36,10 @@ def _load() -> ModuleType:
 
 setup = _load()
 PACKAGES: tuple[str, ...] = setup.packages()
+GO: tuple[str, ...] = setup.go_packages()
+MONITORING = ("prometheus",)
+ALL_INSTALLED = ("== Debian packages: all 8 installed (Go toolchain for clients/go, "
+                 "Prometheus for the monitoring tests)")
 
 
 class FakeDebian:
@@ -82,8 +86,9 @@ def run_main(debian: FakeDebian, *argv: str, euid: int) -> tuple[int, list[str]]
     return code, lines
 
 
-def test_the_packages_are_the_go_toolchain_of_the_interop_test_with_protobuf_1_5() -> None:
-    assert "golang-go" in PACKAGES and "protobuf-compiler" in PACKAGES
+def test_the_packages_are_the_go_toolchain_with_protobuf_1_5_and_prometheus() -> None:
+    assert (*GO, *MONITORING) == PACKAGES
+    assert "golang-go" in GO and "protobuf-compiler" in GO
     # apt picks 1.3 unless 1.5 is named in the same install; 1.3's codec panics at the first RPC.
     assert "golang-github-golang-protobuf-1-5-dev" in PACKAGES
     assert len(set(PACKAGES)) == len(PACKAGES)
@@ -92,7 +97,7 @@ def test_the_packages_are_the_go_toolchain_of_the_interop_test_with_protobuf_1_5
 def test_the_go_client_doc_installs_exactly_these_packages() -> None:
     doc = (ROOT / "docs" / "go-clients.md").read_text()
     command = doc.split("apt-get install -y", 1)[1].split("\n\n", 1)[0].split("\n#", 1)[0]
-    assert command.replace("\\", " ").split() == list(PACKAGES)
+    assert command.replace("\\", " ").split() == list(GO)
 
 
 @pytest.mark.parametrize("euid", [0, 1000], ids=["root", "user"])
@@ -100,7 +105,7 @@ def test_everything_installed_is_one_line_and_no_apt(euid: int) -> None:
     debian = FakeDebian(PACKAGES)
     code, lines = run_main(debian, euid=euid)
     assert code == setup.EXIT_OK
-    assert len(lines) == 1 and "all 7 installed" in lines[0]
+    assert lines == [ALL_INSTALLED]
     assert debian.apt_commands == []
     assert len(debian.commands) == 1  # one dpkg-query for every package
 
@@ -116,14 +121,29 @@ def test_as_root_the_missing_packages_are_installed_in_one_apt_get_install() -> 
     ]
     assert debian.apt_env["DEBIAN_FRONTEND"] == "noninteractive"
     assert any("installing " + " ".join(missing) in line for line in lines)
-    assert "all 7 installed" in lines[-1]
+    assert lines[-1] == "== Debian packages: all 8 installed"
 
 
 def test_as_root_on_a_fresh_machine_everything_is_installed() -> None:
     debian = FakeDebian()
     code, _lines = run_main(debian, euid=0)
     assert code == setup.EXIT_OK
-    assert debian.apt_commands[-1] == ["apt-get", "install", "-y", "-q", *PACKAGES]
+    # Prometheus without what it only recommends (node-exporter and its collectors).
+    assert debian.apt_commands == [
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", *GO],
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *MONITORING],
+    ]
+
+
+def test_only_prometheus_missing_is_one_install_without_recommends() -> None:
+    debian = FakeDebian(GO)
+    code, _lines = run_main(debian, euid=0)
+    assert code == setup.EXIT_OK
+    assert debian.apt_commands == [
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", "prometheus"],
+    ]
 
 
 def test_not_root_names_each_missing_package_and_the_command_then_stops() -> None:
@@ -261,15 +281,15 @@ def test_script_as_root_installs_then_the_second_run_is_one_line(fake_debian: Pa
                            capture_output=True, text=True, timeout=60, check=False)
     assert first.returncode == 0, first.stdout + first.stderr
     log = (fake_debian / "apt.log").read_text().splitlines()
-    assert log == ["update -q", f"install -y -q {' '.join(PACKAGES)}"]
+    assert log == ["update -q", f"install -y -q {' '.join(GO)}",
+                   "install -y -q --no-install-recommends prometheus"]
     # Our lines come before apt's output: it is flushed before apt-get runs.
     assert first.stdout.index("installing") < first.stdout.index("fake apt-get update done")
 
     second = subprocess.run([sys.executable, str(SCRIPT)], env=_env(fake_debian),
                             capture_output=True, text=True, timeout=60, check=False)
     assert second.returncode == 0
-    assert second.stdout.strip().splitlines() == [
-        "== Debian packages: all 7 installed (Go toolchain for clients/go)"]
+    assert second.stdout.strip().splitlines() == [ALL_INSTALLED]
     assert (fake_debian / "apt.log").read_text().splitlines() == log
 
 
@@ -295,8 +315,9 @@ def test_make_as_a_user_stops_at_once_naming_the_packages(
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
     assert output.splitlines()[0] == (
-        "== Debian packages: the Go code needs these, which are not installed:"), output
-    assert f"apt-get install -y {' '.join(PACKAGES[1:])}" in output
+        "== Debian packages: verify and the tests need these, which are not installed:"), output
+    assert (f"apt-get install -y {' '.join(GO[1:])} && apt-get install -y "
+            "--no-install-recommends prometheus") in output
     assert not (checkout / ".venv").exists(), "set-up went on after the Debian check failed"
     assert "pytest" not in output and "run_tests" not in output
     assert "gen_protos" not in output

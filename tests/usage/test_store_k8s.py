@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import REGISTRY
 
 from hami.accounting.v1 import usage_pb2
+from services.common import metrics
 from tests.support.fake_apiserver import FakeApiServer
 from tests.support.pods import (
     allocation,
@@ -103,6 +104,14 @@ def bound(**overrides: object) -> dict[str, object]:
 
 def _gauge(name: str, **labels: str) -> float | None:
     return REGISTRY.get_sample_value(name, labels)
+
+
+def _scrape_time_text() -> str:
+    """What this process's /metrics appends now: the scrape-time families of the recorder
+    started last."""
+    source = metrics.scrape_text()
+    assert source is not None
+    return source()
 
 
 @pytest.fixture
@@ -260,6 +269,7 @@ def test_standby_refuses_writes_naming_the_leader_and_takes_over(
     # The gauges of this process follow the recorder started last: the standby.
     assert _gauge("hami_accounting_leader") == 0
     assert _gauge("hami_accounting_cache_synced", service="usage") == 0
+    assert _scrape_time_text() == ""  # a standby's copy is stale: none of those families
     request = usage_pb2.SetQuotaRequest(namespace=NS, limits={"limits.nvidia.com/gpumem": 1})
     with pytest.raises(grpc.RpcError) as caught:
         standby.stub.SetQuota(request, timeout=RPC_TIMEOUT_S)
@@ -278,6 +288,8 @@ def test_standby_refuses_writes_naming_the_leader_and_takes_over(
     wait_for(lambda: health_status(standby) == SERVING, "replica-b to take over")
     assert _gauge("hami_accounting_leader") == 1
     assert _gauge("hami_accounting_cache_synced", service="usage") == 1
+    assert f'hami_gpu_memory_limit_bytes{{device_index="0",device_type="NVIDIA A10",' \
+           f'device_uuid="{GPU}",node="{NODE}",zone="vGPU"}} ' in _scrape_time_text()
     standby.stub.SetQuota(request, timeout=RPC_TIMEOUT_S)
     nodes = standby.stub.GetNodeUsage(usage_pb2.GetNodeUsageRequest(), timeout=RPC_TIMEOUT_S)
     assert [n.node_name for n in nodes.nodes] == [NODE]
