@@ -9,7 +9,10 @@ a journal. Then, in rounds:
 * **steady**: a scrape with nothing changed since the last one;
 * **churn**: a scrape after 1 % of the pods changed (their init containers finished: shrunk);
 * **gzip**: compressing the text as /metrics does when Prometheus asks for gzip;
-* **http**: a whole scrape over HTTP from a real metrics endpoint (the store unchanged).
+* **http**: a whole scrape over HTTP from a real metrics endpoint (the store unchanged);
+* **baseline** (with ``--baseline``): the same series through prometheus_client's own
+  exposition (``generate_latest`` of a collector yielding them), what writing them as ordinary
+  prometheus_client families would cost on every scrape.
 
 Usage: python -m bench.metrics_scrape [--nodes N] [--rounds R]
 """
@@ -23,7 +26,11 @@ import logging
 import statistics
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from accounting.ledger import Ledger
 from accounting.model import ContainerClass, ContainerState, ContainerStatus, Pod, PodPhase
@@ -67,6 +74,16 @@ def finished(pod: Pod) -> Pod:
     return dataclasses.replace(pod, init_container_statuses=statuses, phase=PodPhase.RUNNING)
 
 
+class _Fixed:
+    """A collector yielding the same families on every collect."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
 def _timed(action: Callable[[], object]) -> tuple[float, object]:
     started = time.perf_counter()
     result = action()
@@ -82,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--baseline", action="store_true",
+                        help="also time prometheus_client's exposition of the same series")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -121,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         seconds, result = _timed(fetch)
         figures["http"].append(seconds)
         body = bytes(result)  # type: ignore[arg-type]
+    if args.baseline:
+        families = list(text_string_to_metric_families(text))
+        registry = CollectorRegistry()
+        registry.register(_Fixed(families))
+        figures["baseline"] = [_timed(lambda: generate_latest(registry))[0]
+                               for _ in range(max(1, args.rounds // 2))]
     series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
     print(f"text: {len(text) / 2**20:.1f} MiB, {series} series; over HTTP gzipped "
           f"{len(body) / 2**20:.1f} MiB")
