@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from accounting.errors import Violations
 from accounting.model import MigInstance, MigPlacement, MigProfile
 from accounting.validate import (
+    INT32_MAX,
     bounded_json_array,
     check_device_id,
     check_json_integer,
@@ -98,6 +99,16 @@ def whole_card(profiles: Sequence[MigProfile]) -> MigPlacement:
 
 
 @dataclass(frozen=True, slots=True)
+class MigRuntime:
+    """The identity of a created MIG instance, as HAMi's device plugin writes it back into the
+    allocation once it made the instance (HAMi's ``RuntimeReady``)."""
+
+    mig_uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class MigAllocation:
     """One entry of ``hami.io/vgpu-mig-allocations``: the instance of one grant."""
 
@@ -107,6 +118,10 @@ class MigAllocation:
     """The grant's index among the container's NVIDIA grants."""
     gpu_uuid: str
     instance: MigInstance
+    runtime: MigRuntime | None = field(default=None, compare=False)
+    """The created instance's identity, once the device plugin wrote it (a UUID and two
+    integer ids; None before, or when they are not of those types). Not part of the value:
+    the scheduler's choice is the same before and after."""
 
 
 def encode_allocations(allocations: Sequence[MigAllocation]) -> str:
@@ -210,7 +225,25 @@ def _decode_allocation(element: object, path: str, found: Violations) -> MigAllo
     if len(found) != before or placement is None:
         return None
     assert isinstance(gpu_uuid, str) and isinstance(profile, str)
-    return MigAllocation(container_index, device_index, gpu_uuid, MigInstance(profile, placement))
+    return MigAllocation(container_index, device_index, gpu_uuid, MigInstance(profile, placement),
+                         _runtime(fields))
+
+
+def _runtime(fields: Mapping[str, object]) -> MigRuntime | None:
+    mig_uuid = fields.get("miguuid")
+    gpu_instance = _instance_id(fields.get("gpuinstanceid"))
+    compute_instance = _instance_id(fields.get("computeinstanceid"))
+    if not isinstance(mig_uuid, str) or not mig_uuid or gpu_instance is None or (
+        compute_instance is None
+    ):
+        return None
+    return MigRuntime(mig_uuid, gpu_instance, compute_instance)
+
+
+def _instance_id(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT32_MAX:
+        return None
+    return value
 
 
 def _index(fields: Mapping[str, object], key: str, path: str, found: Violations) -> int:

@@ -28,19 +28,21 @@ What is copied from HAMi, exactly:
 * with the legacy switch, HAMi's pre-2.8 names are written beside the new ones, with their own
   labels (``--legacy-metrics`` in HAMi; raw core values there, as HAMi writes them).
 
+* ``hami_node_gpu_mig_instance_info`` is 1 for each instance the device plugin has created on
+  a card in MIG mode for a stored pod (its ``hami.io/vgpu-mig-allocations`` entry carries the
+  MIG UUID and the GPU and compute instance ids: HAMi's ``RuntimeReady``).
+
 Where the recorder differs: a resource a namespace neither uses nor limits any more has no
-quota series (HAMi keeps a zero for it until it restarts); and
-``hami_node_gpu_mig_instance_info`` (the runtime identity of MIG instances) is not written,
-because the recorder does not keep the MIG UUID and instance ids HAMi's device plugin writes
-back (docs/observability.md).
+quota series (HAMi keeps a zero for it until it restarts).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from accounting.lifecycle import StoredPod
+from accounting.mig import MIG_MODE, MigAllocation
 from accounting.model import Device, QuotaItem
 from services.usage.exposition import label_set, number
 
@@ -59,6 +61,7 @@ GPU_SHARED_COUNT = "hami_gpu_shared_count"
 GPU_CORE_ALLOCATED = "hami_gpu_core_allocated_ratio"
 NODE_GPU_OVERVIEW = "hami_node_gpu_overview"
 NODE_GPU_MEMORY_RATIO = "hami_node_gpu_memory_allocated_ratio"
+NODE_GPU_MIG_INSTANCE = "hami_node_gpu_mig_instance_info"
 
 DEVICE_FAMILIES: tuple[tuple[str, str], ...] = (
     (GPU_MEMORY_LIMIT, "GPU memory of the device, bytes."),
@@ -68,6 +71,8 @@ DEVICE_FAMILIES: tuple[tuple[str, str], ...] = (
     (GPU_CORE_ALLOCATED, "Compute charged on the device, percent (AMD: normalized)."),
     (NODE_GPU_OVERVIEW, "GPU memory charged on the device, bytes, with its totals as labels."),
     (NODE_GPU_MEMORY_RATIO, "GPU memory charged on the device over its memory (0 to 1)."),
+    (NODE_GPU_MIG_INSTANCE, "1 for each MIG instance created on the card for a stored pod, "
+     "with its identity and placement."),
 )
 LEGACY_DEVICE_FAMILIES: tuple[tuple[str, str], ...] = (
     ("GPUDeviceMemoryLimit", "Legacy name of hami_gpu_memory_limit_bytes."),
@@ -78,6 +83,8 @@ LEGACY_DEVICE_FAMILIES: tuple[tuple[str, str], ...] = (
      "charged)."),
     ("nodeGPUOverview", "Legacy name of hami_node_gpu_overview."),
     ("nodeGPUMemoryPercentage", "Legacy name of hami_node_gpu_memory_allocated_ratio."),
+    ("nodeGPUMigInstance", "Legacy name of hami_node_gpu_mig_instance_info (the instance as "
+     "profile-GPU instance id)."),
 )
 
 # -- the per-container families (HAMi's collectContainerMetrics) -------------------------------
@@ -143,10 +150,15 @@ def core_ratios(device_type: str, total: int, allocated: int) -> tuple[int, int]
 
 
 def device_lines(
-    node_name: str, device: Device, used: tuple[int, int, int], legacy: bool
+    node_name: str,
+    device: Device,
+    used: tuple[int, int, int],
+    legacy: bool,
+    instances: Sequence[MigAllocation] = (),
 ) -> tuple[str, ...]:
-    """One line per device family (``families(legacy)[0]``, in order) for one device with
-    ``used`` = (memory MiB, core percent, slots) charged on it; "" where a family writes none.
+    """One chunk per device family (``families(legacy)[0]``, in order) for one device with
+    ``used`` = (memory MiB, core percent, slots) charged on it and, on a card in MIG mode, the
+    ``instances`` created on it for its pods; "" where a family writes none.
     """
     memory_used_mib, cores_used, slots_used = used
     index = str(device.index)
@@ -168,6 +180,7 @@ def device_lines(
         if device.memory_total_mib > 0
         else ""
     )
+    created = instances if device.mode == MIG_MODE else ()
     lines = (
         f"{GPU_MEMORY_LIMIT}{common} {total_bytes}\n",
         f"{GPU_CORE_LIMIT}{common} {number(core_limit)}\n",
@@ -176,6 +189,7 @@ def device_lines(
         f"{GPU_CORE_ALLOCATED}{common} {number(core_allocated)}\n",
         f"{NODE_GPU_OVERVIEW}{overview} {used_bytes}\n",
         ratio,
+        "".join(_mig_line(node_name, device, instance) for instance in created),
     )
     if not legacy:
         return lines
@@ -199,7 +213,33 @@ def device_lines(
         f"GPUDeviceCoreAllocated{old_common} {cores_used}\n",
         f"nodeGPUOverview{old_overview} {used_bytes}\n",
         old_ratio,
+        "".join(_legacy_mig_line(node_name, device, instance) for instance in created),
     )
+
+
+def _mig_line(node_name: str, device: Device, instance: MigAllocation) -> str:
+    runtime = instance.runtime
+    assert runtime is not None  # only created instances are kept for the metrics
+    placement = instance.instance.placement
+    labels = label_set((
+        ("node", node_name), ("device_uuid", device.uuid), ("device_index", str(device.index)),
+        ("mig_uuid", runtime.mig_uuid), ("profile", instance.instance.profile),
+        ("gpu_instance_id", str(runtime.gpu_instance_id)),
+        ("compute_instance_id", str(runtime.compute_instance_id)),
+        ("placement_start", str(placement.start)), ("placement_size", str(placement.size)),
+        ZONE,
+    ))
+    return f"{NODE_GPU_MIG_INSTANCE}{labels} 1\n"
+
+
+def _legacy_mig_line(node_name: str, device: Device, instance: MigAllocation) -> str:
+    runtime = instance.runtime
+    assert runtime is not None
+    labels = label_set((
+        ("nodeid", node_name), ("deviceuuid", device.uuid), ("deviceidx", str(device.index)),
+        ("migname", f"{instance.instance.profile}-{runtime.gpu_instance_id}"), ZONE,
+    ))
+    return f"nodeGPUMigInstance{labels} 1\n"
 
 
 def pod_lines(

@@ -25,17 +25,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from accounting.lifecycle import StoredPod
+from accounting.mig import MigAllocation
 from accounting.model import Device, DeviceUsage
 from accounting.policy import AccountingPolicy
 from services.usage import hami_metrics
 from services.usage.exposition import family, label_set
-from services.usage.init_share import HeldShare
 from services.usage.metrics import (
     INIT_SHARE_HELD_CORES,
     INIT_SHARE_HELD_MIB,
     QUOTA_LIMIT,
     QUOTA_USED,
 )
+from services.usage.pod_facts import PodFacts
 from services.usage.store import StoreReading, UsageStore
 
 _NO_USE = (0, 0, 0)
@@ -48,6 +49,8 @@ class _NodeLines:
     """The node's stored pods, each followed by its init share or None (compared by
     identity: all immutable)."""
     used: tuple[tuple[int, int, int], ...]
+    instances: bool
+    """Whether some card of the node shows a created MIG instance."""
     lines: tuple[str, ...]
     """One chunk per device family."""
     held_lines: tuple[str, str]
@@ -111,20 +114,20 @@ class RecorderScrape:
 
     def _render(self, reading: StoreReading) -> list[str]:
         inventories = dict(reading.nodes)
-        shares = reading.init_shares
+        facts = reading.pod_facts
         members: dict[str, list[object]] = {}
-        """node -> its stored pods, each followed by the init share it holds (or None)."""
+        """node -> its stored pods, each followed by its facts (or None)."""
         pods: dict[str, _PodLines] = {}
         for stored in reading.pods:
             if not stored.usage:
                 continue
             pods[stored.uid] = self._pod_lines(stored, inventories)
-            share = shares.get(stored.uid)
+            known = facts.get(stored.uid)
             node = members.get(stored.node_name)
             if node is None:
                 node = members[stored.node_name] = []
             node.append(stored)
-            node.append(share if share is not None and share.stored is stored else None)
+            node.append(known if known is not None and known.stored is stored else None)
         self._pods = pods
         nodes = {
             name: self._node_lines(name, devices, members.get(name, []))
@@ -157,29 +160,35 @@ class RecorderScrape:
             and len(known.members) == len(members)
             and all(map(operator.is_, known.members, members))
         ):
-            return known  # the same inventory, the same stored pods and shares
+            return known  # the same inventory, the same stored pods and facts
         charges: dict[str, list[int]] = {}
         held: dict[str, list[int]] = {}
-        for stored, share in zip(members[::2], members[1::2], strict=True):
+        instances: dict[str, list[MigAllocation]] = {}
+        for stored, pod_facts in zip(members[::2], members[1::2], strict=True):
             assert isinstance(stored, StoredPod)
             _add_usage(charges, stored.usage)
-            if isinstance(share, HeldShare):
-                _add_usage(held, share.held)
+            if isinstance(pod_facts, PodFacts):
+                _add_usage(held, pod_facts.init_share)
+                for instance in pod_facts.mig_instances:
+                    instances.setdefault(instance.gpu_uuid, []).append(instance)
         used = tuple(
             (u[0], u[1], u[2]) if (u := charges.get(d.uuid)) is not None else _NO_USE
             for d in devices
         )
-        if known is not None and known.devices is devices and known.used == used:
+        if (known is not None and known.devices is devices and known.used == used
+                and not instances and not known.instances):
             lines = known.lines
         else:
             per_device = [
-                hami_metrics.device_lines(name, device, charge, self._legacy)
+                hami_metrics.device_lines(name, device, charge, self._legacy,
+                                          instances.get(device.uuid, ()))
                 for device, charge in zip(devices, used, strict=True)
             ]
             lines = tuple("".join(column) for column in zip(*per_device, strict=True)) or tuple(
                 "" for _ in self._device_families
             )
-        return _NodeLines(devices, members, used, lines, _held_lines(name, devices, held))
+        return _NodeLines(devices, members, used, bool(instances), lines,
+                          _held_lines(name, devices, held))
 
     def _pod_lines(
         self, stored: StoredPod, inventories: Mapping[str, tuple[Device, ...]]

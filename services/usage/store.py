@@ -54,7 +54,6 @@ from services.common import metrics, telemetry
 from services.common.errors import DependencyUnavailableError
 from services.usage import metrics as usage_metrics
 from services.usage.events import EventKind, NodeSnapshot, UsageEvent, WatchContent
-from services.usage.init_share import HeldShare, InitShareBook
 from services.usage.journal import (
     ON_DAMAGE_MODES,
     ON_DAMAGE_REBUILD,
@@ -73,6 +72,7 @@ from services.usage.journal import (
     PutQuota,
     PutTombstone,
 )
+from services.usage.pod_facts import PodFacts, PodFactsBook
 from services.usage.watch_hub import InitialState, WatchHub, WatchStream
 
 _LOG = logging.getLogger(__name__)
@@ -109,9 +109,10 @@ class StoreReading:
     pods: tuple[StoredPod, ...]
     namespaces: tuple[tuple[str, tuple[QuotaItem, ...]], ...]
     """Namespaces with usage or limits, sorted, with one item per such resource."""
-    init_shares: Mapping[str, HeldShare]
-    """uid -> the init share its stored value holds (``services.usage.init_share``): it
-    counts only while ``share.stored`` is the very stored pod of ``pods``."""
+    pod_facts: Mapping[str, PodFacts]
+    """uid -> the init share and MIG instances of its stored value
+    (``services.usage.pod_facts``): they count only while ``facts.stored`` is the very stored
+    pod of ``pods``."""
 
 
 class _StoreMetrics:
@@ -183,7 +184,7 @@ class UsageStore:
         """The fan-out to WatchUsage streams; a change's node snapshot (the costly part of an
         event) is only built when an attached watcher wants nodes (``hub.wanted``)."""
         self._metrics = _StoreMetrics()
-        self._init_share = InitShareBook()
+        self._pod_facts = PodFactsBook()
         self._traceparents: dict[str, str] = {}
         """uid -> the pod's hami.io/traceparent, for spans about it that carry no pod."""
         self._on_synced = on_synced
@@ -284,7 +285,7 @@ class UsageStore:
                 outcome = ledger.record(belief.pod)
                 if outcome.change.changed or outcome.change.tombstone is not None:
                     self._commit_pod_change(outcome.change, revision, _traceparent(pod))
-                self._init_share.note(
+                self._pod_facts.note(
                     belief.pod, ledger.pod(pod.uid), decision=outcome.decision,
                     before=outcome.change.before,
                 )
@@ -345,7 +346,7 @@ class UsageStore:
                 change = self._ledger.forget(pod_uid)
                 if change.changed or change.tombstone is not None:
                     self._commit_pod_change(change, revision)
-                self._init_share.forget(pod_uid)
+                self._pod_facts.forget(pod_uid)
             released = change.before
             if released is not None:
                 telemetry.set_attributes(
@@ -394,7 +395,7 @@ class UsageStore:
                 if outcome.change is not None and outcome.change.changed:
                     self._commit_pod_change(outcome.change, revision, _traceparent(pod))
                 if outcome.reserved:
-                    self._init_share.note(pod, self._ledger.pod(pod.uid))
+                    self._pod_facts.note(pod, self._ledger.pod(pod.uid))
             telemetry.set_attributes(
                 span,
                 {
@@ -710,7 +711,7 @@ class UsageStore:
                     (namespace, tuple(ledger.namespace_items(namespace).values()))
                     for namespace in ledger.namespaces()
                 ),
-                init_shares=self._init_share.copy(),
+                pod_facts=self._pod_facts.copy(),
             )
 
     def pod(self, pod_uid: str) -> StoredPod | None:

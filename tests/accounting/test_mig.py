@@ -569,6 +569,24 @@ def test_a_complete_runtime_identity_is_accepted() -> None:
         path="mig",
     )
     assert allocation.instance == MigInstance("2g.10gb", P(0, 2))
+    # Kept for HAMi's hami_node_gpu_mig_instance_info, and no part of the allocation's value.
+    assert allocation.runtime == mig.MigRuntime("MIG-a", 4, 0)
+    assert allocation == mig.MigAllocation(0, 0, "GPU-a", MigInstance("2g.10gb", P(0, 2)))
+
+
+@pytest.mark.parametrize(
+    "runtime",
+    ['', ',"migUUID":"MIG-a","gpuInstanceID":"4","computeInstanceID":0',
+     ',"migUUID":"MIG-a","gpuInstanceID":4,"computeInstanceID":true'],
+    ids=["not created yet", "an id as a string", "an id as a boolean"],
+)
+def test_no_runtime_identity_until_the_device_plugin_wrote_a_whole_one(runtime: str) -> None:
+    [allocation] = mig.decode_allocations(
+        '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"2g.10gb",'
+        f'"placement":{{"start":0,"size":2}}{runtime}}}]',
+        path="mig",
+    )
+    assert allocation.runtime is None
 
 
 def test_the_node_registration_keeps_the_profiles() -> None:

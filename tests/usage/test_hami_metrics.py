@@ -24,11 +24,12 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 from prometheus_client.parser import text_string_to_metric_families
 
-from accounting.model import Device, Pod, PodPhase
+from accounting.model import Device, MigPlacement, MigProfile, Pod, PodPhase
 from hami.accounting.v1 import types_pb2, usage_pb2
 from services.common import convert, metrics
 from services.usage import hami_metrics
 from tests.builders import PodBuilder, gpu
+from tests.support.pods import app_container, kube_pod, to_json
 from tests.usage.conftest import RPC_TIMEOUT_S, RunningRecorder, StartRecorder
 
 MIB = 1024 * 1024
@@ -402,7 +403,52 @@ def test_the_legacy_switch_adds_hamis_old_names_with_their_labels(
                                            "quotaName": "nvidia.com/gpumem", "limit": "40960",
                                            **ZONE}.items())] == 20480 + 4096 + 2048
     for name in hami_metrics.LEGACY_FAMILY_NAMES:
-        assert scraped[name], f"{name} has no series"
+        # This cluster has no MIG card: test_mig_instances_show_once_created covers that one.
+        assert scraped[name] or name == "nodeGPUMigInstance", f"{name} has no series"
+
+
+# -- MIG instances ---------------------------------------------------------------------------------
+
+MIG_CARD = Device("GPU-c0", A100, 0, 7, 40960, 100, mode="mig",
+                  mig_profiles=(MigProfile("1g.5gb", 5120, 14, 1, (MigPlacement(6, 1),)),))
+
+
+def _mig_pod(runtime: str) -> dict[str, object]:
+    allocation = ('[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-c0","profile":"1g.5gb",'
+                  f'"placement":{{"start":6,"size":1}}{runtime}}}]')
+    return kube_pod("mig-job", uid="uid-mig", namespace="team-a", node="node-c",
+                    apps=[app_container("job", gpumem=5120)], phase="Running",
+                    allocation="GPU-c0,NVIDIA,5120,14:;",
+                    annotations={"hami.io/vgpu-mig-allocations": allocation})
+
+
+def test_mig_instances_show_once_created(start_recorder: StartRecorder, metrics_url: str) -> None:
+    """HAMi writes an instance only once its device plugin created it (``RuntimeReady``: the MIG
+    UUID and both instance ids written back into the allocation)."""
+    recorder = start_recorder(hami_legacy_metrics=True)
+    _register(recorder, "node-c", (MIG_CARD,))
+
+    def record(pod: dict[str, object]) -> None:
+        recorder.stub.RecordPod(usage_pb2.RecordPodRequest(kubernetes_pod_json=to_json(pod)),
+                                timeout=RPC_TIMEOUT_S)
+
+    record(_mig_pod(""))
+    scraped = scrape(metrics_url)
+    assert scraped[hami_metrics.NODE_GPU_MIG_INSTANCE] == {}
+    assert scraped[hami_metrics.GPU_MEMORY_ALLOCATED][frozenset(
+        {**device("node-c", MIG_CARD, device_cores="100"), **ZONE}.items())] == 5120 * MIB
+
+    record(_mig_pod(',"migUUID":"MIG-9f2c","gpuInstanceID":7,"computeInstanceID":0'))
+    scraped = scrape(metrics_url)
+    assert scraped[hami_metrics.NODE_GPU_MIG_INSTANCE] == series(({
+        "node": "node-c", "device_uuid": "GPU-c0", "device_index": "0", "mig_uuid": "MIG-9f2c",
+        "profile": "1g.5gb", "gpu_instance_id": "7", "compute_instance_id": "0",
+        "placement_start": "6", "placement_size": "1"}, 1))
+    assert scraped["nodeGPUMigInstance"] == series(({
+        "nodeid": "node-c", "deviceuuid": "GPU-c0", "deviceidx": "0", "migname": "1g.5gb-7"}, 1))
+
+    recorder.stub.ForgetPod(usage_pb2.ForgetPodRequest(pod_uid="uid-mig"), timeout=RPC_TIMEOUT_S)
+    assert scrape(metrics_url)[hami_metrics.NODE_GPU_MIG_INSTANCE] == {}
 
 
 # -- the documentation ----------------------------------------------------------------------------

@@ -20,7 +20,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from accounting.ledger import Ledger
 from accounting.lifecycle import StoredPod
-from accounting.model import Device, DeviceUsage, Pod, PodPhase, QuotaItem
+from accounting.mig import MigAllocation, MigRuntime
+from accounting.model import (
+    Device,
+    DeviceUsage,
+    MigInstance,
+    MigPlacement,
+    Pod,
+    PodPhase,
+    QuotaItem,
+)
 from services.usage import exposition, hami_metrics
 from services.usage.journal import Journal
 from services.usage.scrape import RecorderScrape
@@ -50,9 +59,12 @@ def only(found: Samples, *names: str) -> Samples:
     return {key: value for key, value in found.items() if key[0] in names}
 
 
-def device_text(node: str, device: Device, used: tuple[int, int, int], legacy: bool) -> str:
+def device_text(
+    node: str, device: Device, used: tuple[int, int, int], legacy: bool,
+    instances: list[MigAllocation] | None = None,
+) -> str:
     families = hami_metrics.families(legacy)[0]
-    lines = hami_metrics.device_lines(node, device, used, legacy)
+    lines = hami_metrics.device_lines(node, device, used, legacy, instances or ())
     return "".join(exposition.family(n, h, [line]) for (n, h), line in zip(families, lines,
                                                                           strict=True))
 
@@ -114,6 +126,24 @@ hami_vgpu_core_allocated_ratio{container_index="0",device_uuid="AMD-1",namespace
 vGPUCoreAllocated{containeridx="0",deviceuuid="AMD-1",nodename="node-1",podname="amd-pod",podnamespace="default"} 32
 """)  # noqa: E501
     assert only(found, "hami_vgpu_core_allocated_ratio", "vGPUCoreAllocated") == want
+
+
+def test_hami_mig_runtime_identity() -> None:
+    """TestClusterManagerCollectorExposesDynamicMigRuntimeIdentity: a created 2g.10gb instance
+    at slices 0-1, GPU instance 4, compute instance 0; one not created yet is not written."""
+    card = Device("GPU-parent", "NVIDIA", 0, 7, 40960, 100, mode="mig")
+    created = MigAllocation(0, 0, "GPU-parent", MigInstance("2g.10gb", MigPlacement(0, 2)),
+                            MigRuntime("MIG-runtime", 4, 0))
+    found = samples(device_text("node-1", card, (10240, 28, 1), legacy=True, instances=[created]))
+    want = hami("""
+hami_node_gpu_mig_instance_info{compute_instance_id="0",device_index="0",device_uuid="GPU-parent",gpu_instance_id="4",mig_uuid="MIG-runtime",node="node-1",placement_size="2",placement_start="0",profile="2g.10gb"} 1
+nodeGPUMigInstance{deviceidx="0",deviceuuid="GPU-parent",migname="2g.10gb-4",nodeid="node-1"} 1
+""")  # noqa: E501  # HAMi's expected line; the legacy one as its legacy collector writes it
+    assert only(found, "hami_node_gpu_mig_instance_info", "nodeGPUMigInstance") == want
+    # A card not in MIG mode writes none (HAMi reads the allocations of MIG cards only).
+    plain = Device("GPU-parent", "NVIDIA", 0, 7, 40960, 100)
+    found = samples(device_text("node-1", plain, (0, 0, 0), legacy=True, instances=[created]))
+    assert only(found, "hami_node_gpu_mig_instance_info", "nodeGPUMigInstance") == {}
 
 
 @pytest.mark.parametrize(
