@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import re
 import shutil
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,6 +164,15 @@ VALUE_SETS = [
         },
         release="gpu",
         namespace="gpu-accounting",
+    ),
+    ValueSet(
+        "the alert rules and the Grafana dashboard",
+        {
+            "prometheus": {"prometheusRule": {"enabled": True,
+                                              "labels": {"release": "kube-prom"}}},
+            "grafana": {"dashboards": {"enabled": True,
+                                       "annotations": {"grafana_folder": "GPU"}}},
+        },
     ),
     ValueSet("metrics off", {"metrics": {"enabled": False}}),
     ValueSet(
@@ -664,6 +674,70 @@ def test_observability_options_render_a_service_monitor_and_otlp_export(
     webhook_rule = next(r for r in policies[f"{IMAGE_NAME}-admission"]["spec"]["ingress"]
                         if r["ports"][0]["port"] == "webhook")
     assert webhook_rule["from"] == [{"ipBlock": {"cidr": "10.0.0.0/24"}}]
+
+
+MONITORING = DEPLOY_DIR / "monitoring"
+RULES_FILE = "hami-accounting-rules.yaml"
+DASHBOARD_FILE = "hami-accounting-dashboard.json"
+
+
+def test_the_chart_ships_deploy_monitorings_own_files() -> None:
+    """Symbolic links, which Helm follows: the chart cannot carry other rules or another
+    dashboard than those promtool and the Prometheus test checked."""
+    for name in (RULES_FILE, DASHBOARD_FILE):
+        shipped = CHART_DIR / "files" / name
+        assert shipped.is_symlink(), name
+        assert shipped.resolve() == (MONITORING / name).resolve()
+
+
+def test_the_alert_rules_and_the_dashboard_are_deploy_monitorings(
+    rendered: dict[str, dict[str, str]], tmp_path: Path
+) -> None:
+    value_set = next(v for v in VALUE_SETS if "Grafana dashboard" in v.name)
+    objects = objects_of(rendered, value_set)
+    (rule,) = [o for o in objects if o["kind"] == "PrometheusRule"]
+    assert rule["metadata"]["labels"]["release"] == "kube-prom"
+    assert rule["spec"] == {"groups": yaml.safe_load((MONITORING / RULES_FILE).read_text())[
+        "groups"]}
+    # The rendered rules are still Prometheus's: promtool checks them and runs the unit tests
+    # of deploy/monitoring on them.
+    (tmp_path / RULES_FILE).write_text(yaml.safe_dump(rule["spec"], sort_keys=False))
+    shutil.copy(MONITORING / "hami-accounting-rules.test.yaml", tmp_path)
+    promtool = shutil.which("promtool")
+    assert promtool, "make test installs Debian's prometheus (scripts/system_setup.py)"
+    for command in (["check", "rules", RULES_FILE],
+                    ["test", "rules", "hami-accounting-rules.test.yaml"]):
+        done = subprocess.run([promtool, *command], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    (config,) = [o for o in objects if o["kind"] == "ConfigMap"
+                 and o["metadata"]["name"].endswith("-dashboard")]
+    assert config["metadata"]["labels"]["grafana_dashboard"] == "1"  # the sidecar's default
+    assert config["metadata"]["annotations"] == {"grafana_folder": "GPU"}
+    assert config["data"] == {DASHBOARD_FILE: (MONITORING / DASHBOARD_FILE).read_text().rstrip()}
+
+
+def test_the_dashboard_configmap_goes_where_the_sidecar_searches() -> None:
+    objects = chart_objects(render_chart(
+        {"grafana": {"dashboards": {"enabled": True, "namespace": "monitoring",
+                                    "labels": {"dashboards": "hami",
+                                               "grafana_dashboard": None}}},
+         "prometheus": {"prometheusRule": {"enabled": True, "namespace": "monitoring"}}},
+        release=RELEASE, namespace=NAMESPACE))
+    (config,) = [o for o in objects if o["kind"] == "ConfigMap"
+                 and o["metadata"]["name"].endswith("-dashboard")]
+    assert config["metadata"]["namespace"] == "monitoring"
+    assert config["metadata"]["labels"]["dashboards"] == "hami"
+    # Helm merges labels with the default; null takes the default's away.
+    assert "grafana_dashboard" not in config["metadata"]["labels"]
+    (rule,) = [o for o in objects if o["kind"] == "PrometheusRule"]
+    assert rule["metadata"]["namespace"] == "monitoring"
+
+
+def test_by_default_no_rules_and_no_dashboard(rendered: dict[str, dict[str, str]]) -> None:
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in objects_of(rendered, VALUE_SETS[0])]
+    assert not [k for k in kinds if k[0] == "PrometheusRule" or k[1].endswith("-dashboard")]
 
 
 # --- NOTES ---------------------------------------------------------------------------------
