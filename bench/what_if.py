@@ -45,7 +45,7 @@ def command_run(pods: int, nodes: int, seed: int, jobs: int | None) -> dict[str,
     command = [
         sys.executable,
         "-m",
-        "services.what_if",
+        "services.cli.what_if",
         "--generate",
         str(pods),
         "--nodes",

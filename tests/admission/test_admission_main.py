@@ -25,8 +25,8 @@ from admission_support import (
 
 from services.admission.__main__ import main
 from services.admission.config import AdmissionConfig
-from services.cli import check_health
-from services.cli import main as cli_main
+from services.cli.app import main as cli_main
+from services.cli.health import check_health
 from services.common.config import ConfigError
 from services.common.server import client_channel
 

@@ -10,7 +10,7 @@ import io
 
 import pytest
 
-from services import demo, explain, usage_report
+from services.cli import demo, explain, usage_report
 
 PARSERS = {
     "demo": (demo._parser, ("usage", "admission", "scheduler")),

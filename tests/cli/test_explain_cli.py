@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from services import cli, explain
+from services.cli import app, explain
 from tests.support.pods import (
     allocation,
     app_container,
@@ -259,7 +259,7 @@ def test_memory_factor_option() -> None:
 
 
 def test_through_the_cli_dispatcher(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["explain", str(SIDECAR_FIRST), "--output", "json"]) == 0
+    assert app.main(["explain", str(SIDECAR_FIRST), "--output", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["effective"]["memory_mib"] == 22528
 
 

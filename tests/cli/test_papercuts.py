@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hami.accounting.v1 import types_pb2
-from services import demo, explain, usage_report
+from services.cli import demo, explain, usage_report
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "sidecar-before-init.yaml"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hami.accounting.v1 import usage_pb2
-from services import cli, usage_report
+from services.cli import app, usage_report
 from tests.support.pods import (
     allocation,
     app_container,
@@ -189,7 +189,7 @@ def test_address_from_the_environment(charged: RunningRecorder) -> None:
 def test_through_the_cli_dispatcher(
     charged: RunningRecorder, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["usage", "--usage", charged.app.target, "--output", "json"]) == 0
+    assert app.main(["usage", "--usage", charged.app.target, "--output", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["nodes"][0]["name"] == NODE
 
 

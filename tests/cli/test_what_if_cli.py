@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from services import cli, what_if, what_if_chart
+from services.cli import app, what_if, what_if_chart
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "what-if"
@@ -221,7 +221,7 @@ def test_bad_arguments_exit_2(
 
 
 def test_the_cli_forwards_what_if(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["what-if", "--help"]) == 0
+    assert app.main(["what-if", "--help"]) == 0
     assert "under each GPU accounting rule" in capsys.readouterr().out
 
 

@@ -91,9 +91,11 @@ def test_variable_is_documented_in_docs_deploy(name: str) -> None:
 
 
 def sources_of(daemon: str) -> str:
-    """The code a daemon runs: its package, the shared runtime and the CLI."""
+    """The code a daemon runs: its package, the shared runtime and the CLI's dispatcher, with
+    ``up`` and ``health``."""
     roots = [REPO_ROOT / "services" / daemon, REPO_ROOT / "services" / "common"]
-    files = [p for root in roots for p in root.rglob("*.py")] + [REPO_ROOT / "services" / "cli.py"]
+    cli = [REPO_ROOT / "services" / "cli" / name for name in ("app.py", "up.py", "health.py")]
+    files = [p for root in roots for p in root.rglob("*.py")] + cli
     return "\n".join(Path(p).read_text() for p in files if Path(p).is_file())
 
 

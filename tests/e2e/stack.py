@@ -30,7 +30,7 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from hami.accounting.v1 import admission_pb2_grpc, scheduler_pb2_grpc, usage_pb2_grpc
-from services.cli import check_health
+from services.cli.health import check_health
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable

@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from services.cli import check_health
+from services.cli.health import check_health
 from tests.e2e.stack import PYTHON, REPO, clean_env, free_port_block
 
 pytestmark = pytest.mark.timeout(90)

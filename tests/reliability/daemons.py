@@ -24,7 +24,7 @@ from pathlib import Path
 
 import grpc
 
-from services.cli import check_health
+from services.cli.health import check_health
 from services.common.config import TlsConfig
 from services.common.server import client_channel
 

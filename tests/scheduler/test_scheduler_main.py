@@ -17,8 +17,8 @@ import pytest
 import services.common.daemon
 import services.scheduler.__main__ as scheduler_main
 from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc
-from services.cli import check_health
-from services.cli import main as cli_main
+from services.cli.app import main as cli_main
+from services.cli.health import check_health
 from services.common.config import ConfigError
 from services.common.server import ServerStartError, client_channel
 from services.scheduler.__main__ import main

@@ -31,10 +31,10 @@ from hami.accounting.v1 import (
     usage_pb2,
     usage_pb2_grpc,
 )
-from services import explain
 from services.admission.__main__ import AdmissionDaemon
 from services.admission.__main__ import start as start_admission
 from services.admission.config import AdmissionConfig
+from services.cli import explain
 from services.common.server import client_channel
 from services.scheduler.__main__ import SchedulerDaemon
 from services.scheduler.__main__ import start as start_scheduler

@@ -33,7 +33,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hami.accounting.v1 import usage_pb2, usage_pb2_grpc
-from services.usage import journal_files, journal_tool
+from services.cli import journal as journal_tool
+from services.usage import journal_files
 from services.usage.journal import JOURNAL_FILE_NAME, JournalDamagedError
 from services.usage.journal_files import keep_aside
 from services.usage.watermark import WATERMARK_SUFFIX, Mark, Watermark, WatermarkError

@@ -1,6 +1,6 @@
 """``hami-accounting explain POD.yaml|POD.json``: how one pod is charged, step by step.
 
-Layer: services (client tool; talks to the usage recorder only to read its policy). Reads a
+Layer: services/cli (a subcommand; talks to the usage recorder only to read its policy). Reads a
 Kubernetes Pod manifest (YAML or JSON; ``-`` reads stdin), parses it with the shared parser
 (accounting.kube_pod) and prints what accounting.explain computes:
 
@@ -52,12 +52,12 @@ from accounting.model import DeviceRequest
 from accounting.pod import vendors_asked
 from accounting.policy import AccountingPolicy, policy_for
 from accounting.vendors import NVIDIA_RESOURCES
-from services.cli_options import add_addr_option
+from services.cli.options import add_addr_option
+from services.cli.tables import add_identifier_column, console_for, natural_width, print_uncut
 from services.common.config import ConfigError, TlsConfig
 from services.common.errors import DependencyUnavailableError
 from services.common.policy import RecorderPolicy
 from services.common.server import client_channel
-from services.tables import add_identifier_column, console_for, natural_width, print_uncut
 
 EXIT_OK = 0
 EXIT_UNAVAILABLE = 1

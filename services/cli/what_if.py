@@ -1,7 +1,7 @@
 """``hami-accounting what-if``: replays a workload under each accounting rule and shows what each
 costs, in a table and (with ``--chart``) a PNG.
 
-Layer: services (client tool; talks to no daemon). Reads the input, hands it to the pure replay
+Layer: services/cli (a subcommand; talks to no daemon). Reads the input, hands it to the pure replay
 (accounting.whatif) once per rule, prints the figures:
 
 * input: files or directories of Kubernetes objects, JSON or YAML (``kubectl get pods,nodes -A
@@ -42,8 +42,8 @@ from accounting.whatif.generate import generate
 from accounting.whatif.kube_input import SourcedObject, read_workload
 from accounting.whatif.replay import ReplaySettings, RuleResult, replay
 from accounting.whatif.workload import DEFAULT_INIT_RUN_S, Workload
-from services.tables import add_identifier_column, console_for, print_uncut
-from services.what_if_chart import INSTALL_HINT, ChartUnavailableError, write_chart
+from services.cli.tables import add_identifier_column, console_for, print_uncut
+from services.cli.what_if_chart import INSTALL_HINT, ChartUnavailableError, write_chart
 
 EXIT_OK = 0
 EXIT_USAGE = 2

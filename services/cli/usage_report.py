@@ -1,7 +1,7 @@
 """``hami-accounting usage``: what a running usage recorder charges, per node and namespace.
 
-Layer: services (client tool). Asks the recorder (``--usage``, else HAMI_ACCOUNTING_USAGE_ADDR,
-else 127.0.0.1:50053; TLS from HAMI_ACCOUNTING_TLS_*) for
+Layer: services/cli (a subcommand, a client tool). Asks the recorder (``--usage``, else
+HAMI_ACCOUNTING_USAGE_ADDR, else 127.0.0.1:50053; TLS from HAMI_ACCOUNTING_TLS_*) for
 
 * GetNodeUsage: every device of the nodes asked for (all registered nodes by default) with its
   used/total memory, cores and slots, and whether it is healthy;
@@ -29,10 +29,10 @@ from rich import box
 from rich.table import Table
 
 from hami.accounting.v1 import types_pb2, usage_pb2, usage_pb2_grpc
-from services.cli_options import add_addr_option
+from services.cli.options import add_addr_option
+from services.cli.tables import add_identifier_column, console_for, print_uncut
 from services.common.config import DEFAULT_USAGE_ADDR, ConfigError, TlsConfig, env_str
 from services.common.server import client_channel
-from services.tables import add_identifier_column, console_for, print_uncut
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -1,6 +1,6 @@
 """A stand-in daemon for the `hami-accounting up` tests: health only, stops on SIGTERM/SIGINT.
 
-Run as ``python common_fake_daemon.py NAME``; it listens where HAMI_ACCOUNTING_LISTEN_ADDR says,
+Run as ``python stand_in_daemon.py NAME``; it listens where HAMI_ACCOUNTING_LISTEN_ADDR says,
 exits with code 3 at once when FAKE_DAEMON_FAIL names it, and prints a line when it stopped
 cleanly through run_until_signalled (so the test sees the graceful path was taken).
 """

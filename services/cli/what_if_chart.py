@@ -1,8 +1,8 @@
 """The what-if chart: GPU memory reserved over time per rule, with what the running containers
 request for reference.
 
-Layer: services (output). matplotlib is the project's optional ``what-if`` extra (installed
-by ``make up`` and ``make test``), imported only when a chart is drawn.
+Layer: services/cli (the output of what-if). matplotlib is the project's optional ``what-if``
+extra (installed by ``make up`` and ``make test``), imported only when a chart is drawn.
 """
 
 from __future__ import annotations

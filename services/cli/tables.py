@@ -1,12 +1,12 @@
 """Tables of the client tools (``explain``, ``usage``): one console set-up, and identifiers
 that are never cut.
 
-Layer: services (client tools). rich fits a table to the console's width by wrapping, then by
-cutting cells short with an ellipsis, and at last by dropping columns; a device UUID or a node
-name cut short is no identifier at all. Identifier columns are therefore ``no_wrap``, and a
-table is printed at least as wide as its minimum (identifiers whole, other cells wrapped between
-words): on a narrow terminal its lines run long (the terminal wraps them) instead of losing
-characters.
+Layer: services/cli (shared by the subcommands). rich fits a table to the console's width by
+wrapping, then by cutting cells short with an ellipsis, and at last by dropping columns; a
+device UUID or a node name cut short is no identifier at all. Identifier columns are therefore
+``no_wrap``, and a table is printed at least as wide as its minimum (identifiers whole, other
+cells wrapped between words): on a narrow terminal its lines run long (the terminal wraps them)
+instead of losing characters.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Options the command-line tools share, spelled once.
 
-Layer: services (command line). A daemon's address is ``--<daemon>-addr`` everywhere — the
-daemons' own flags, ``explain``, ``demo``, ``usage`` and the Go client — after the
-``HAMI_ACCOUNTING_<DAEMON>_ADDR`` variable it stands for. The short ``--usage``,
-``--admission`` and ``--scheduler`` that ``demo`` and ``usage`` once took are still read, and
-no longer shown.
+Layer: services/cli (shared by the subcommands). A daemon's address is ``--<daemon>-addr``
+everywhere — the daemons' own flags, ``explain``, ``demo``, ``usage`` and the Go client — after
+the ``HAMI_ACCOUNTING_<DAEMON>_ADDR`` variable it stands for. The short ``--usage``,
+``--admission`` and ``--scheduler`` that ``demo`` and ``usage`` once took are still read, and no
+longer shown.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """``hami-accounting journal backup|restore|check``: the usage recorder's journal, kept safe.
 
-Layer: services/usage (operator command). Copying ``usage.sqlite3`` with ``cp`` while the
-recorder runs, or without its ``-wal``, makes a backup that silently misses acknowledged changes
-(the realistic way to lose them). These commands use SQLite's online backup API instead, which
-reads through the live WAL and gives a consistent snapshot while the recorder keeps writing, and
-check every copy the way the recorder checks its journal at start (structure, row checksums,
-revision against the watermark):
+Layer: services/cli (a subcommand, on the recorder's files). Copying ``usage.sqlite3`` with
+``cp`` while the recorder runs, or without its ``-wal``, makes a backup that silently misses
+acknowledged changes (the realistic way to lose them). These commands use SQLite's online backup
+API instead, which reads through the live WAL and gives a consistent snapshot while the recorder
+keeps writing, and check every copy the way the recorder checks its journal at start (structure,
+row checksums, revision against the watermark):
 
 * ``backup --to FILE [--replace]``: snapshot of the live journal, checked, written as one
   self-contained file (no ``-wal``: a backup is complete on its own), put in place atomically.

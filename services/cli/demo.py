@@ -1,8 +1,8 @@
 """``hami-accounting demo``: walks the design's seed cases through a running stack.
 
-Layer: services (client tool). Talks to the three daemons over gRPC only, exactly as HAMi would:
-registers the node ``demo-node-1`` with one 24 GiB GPU, sets the quota of namespace ``demo`` to
-24576 MiB, then
+Layer: services/cli (a subcommand, a client tool). Talks to the three daemons over gRPC only,
+exactly as HAMi would: registers the node ``demo-node-1`` with one 24 GiB GPU, sets the quota of
+namespace ``demo`` to 24576 MiB, then
 
 1. CheckQuota of init 30720 + app 4096 MiB: denied (the init container alone exceeds the quota);
 2. CheckQuota of init 20480 + app 10240 MiB: allowed (effective 20480), with the pod's
@@ -46,7 +46,7 @@ from hami.accounting.v1 import (
     usage_pb2,
     usage_pb2_grpc,
 )
-from services.cli_options import add_addr_option
+from services.cli.options import add_addr_option
 from services.common.config import DEFAULT_PORTS, ConfigError, TlsConfig
 from services.common.server import client_channel
 
