@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 MAX_INTEGER_DIGITS = 32
@@ -82,13 +82,25 @@ def json_integer_text(text: str) -> int | Decimal:
     return Decimal(text)
 
 
+def json_fraction_text(text: str) -> Decimal:
+    """``json.loads``' ``parse_float``: a fraction or exponent as its exact ``Decimal``. An
+    exponent past what a ``Decimal`` holds (``1e-999999999999999999999``, 26 characters) makes
+    ``Decimal`` raise ``InvalidOperation``, which is no ``ValueError``; it is raised as one
+    here, so the text is refused as JSON that cannot be read, like any other."""
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        raise ValueError(f"the number {text[:40]!r} is out of range") from None
+
+
 def json_loads(raw: str | bytes) -> Any:
     """``json.loads`` with numbers read exactly and boundedly: integers by
-    ``json_integer_text``, fractions and exponents as ``Decimal`` (``1e400`` is no float).
+    ``json_integer_text``, fractions and exponents as ``Decimal`` by ``json_fraction_text``
+    (``1e400`` is no float).
 
     Raises:
         ValueError: not JSON (``UnicodeDecodeError`` included), as ``json.loads`` does.
         RecursionError: nested deeper than the interpreter's stack.
     """
-    return json.loads(raw, parse_int=json_integer_text, parse_float=Decimal)
+    return json.loads(raw, parse_int=json_integer_text, parse_float=json_fraction_text)
 

@@ -136,6 +136,18 @@ def test_json_loads_reads_numbers_exactly_and_boundedly(text: str, want: object)
     assert numbers.json_loads(text) == want
 
 
+@pytest.mark.parametrize("text", [
+    pytest.param("1e-999999999999999999999", id="an exponent below Decimal's least"),
+    pytest.param("1e999999999999999999999", id="an exponent above Decimal's greatest"),
+    pytest.param("-0.5E+99999999999999999999999", id="a negative fraction, huge exponent"),
+])
+def test_an_exponent_past_decimal_is_a_value_error_naming_the_number(text: str) -> None:
+    # decimal.InvalidOperation is no ValueError: raised as one, the readers refuse it as
+    # JSON that cannot be read instead of letting it out as an internal error.
+    with pytest.raises(ValueError, match="out of range"):
+        numbers.json_loads('{"devmem": ' + text + "}")
+
+
 def test_plain_json_loads_raises_on_the_integer_json_loads_keeps() -> None:
     text = '{"devmem": ' + "9" * 5000 + "}"
     with pytest.raises(ValueError, match="4300 digits"):

@@ -218,6 +218,11 @@ NODE_CASES = [
     NodeCase("a 5000-digit devmem in a DCU register",
              _annotated("DCU", "dcu-bad", DCU, f"dcu-0,4,{'9' * 5000},100,DCU,0,true,0,x:"),
              _path(DCU, "[0].devmem")),
+    NodeCase("an NVIDIA devmem whose exponent is past what Decimal holds",
+             _annotated("NVIDIA", "nvidia-exp", REGISTER,
+                        '[{"id": "GPU-exp", "count": 10, "devmem": 1e-999999999999999999999,'
+                        ' "devcore": 100, "health": true}]'),
+             _path(REGISTER, "")),
     NodeCase("a superscript two as an Enflame DRS capacity",
              _annotated("Enflame", "drs-bad", DRS, _drs([{"index": "0", "capacity": "\u00b2"}])),
              _path(DRS, ".devices[0].capacity")),
