@@ -32,7 +32,7 @@ from accounting.model import (
     MigInstance,
     Pod,
 )
-from accounting.vendors import NVIDIA_RESOURCES, VendorResources
+from accounting.vendors import VendorResources
 
 SIDECAR_RESTART_POLICY = "Always"
 """The restartPolicy that makes an entry of spec.initContainers a sidecar."""
@@ -286,7 +286,7 @@ def vendors_asked(pod: Pod, vendors: Sequence[VendorResources]) -> tuple[VendorR
     return chosen or tuple(vendors[:1])
 
 
-def effective_request(pod: Pod, vendor: VendorResources = NVIDIA_RESOURCES) -> EffectiveRequest:
+def effective_request(pod: Pod, vendor: VendorResources) -> EffectiveRequest:
     """The ordering-aware formula applied to requests, per dimension, for one vendor.
 
     A container's request contributes count, count × memory and count × cores (HAMi's

@@ -20,7 +20,7 @@ from accounting import reasons
 from accounting.model import DeviceUsage, QuotaItem
 from accounting.pod import EffectiveRequest, usage_totals
 from accounting.policy import AccountingPolicy
-from accounting.vendors import NVIDIA_RESOURCES, VendorResources
+from accounting.vendors import VendorResources
 
 
 class QuotaReason(enum.Enum):
@@ -122,7 +122,7 @@ def check_quota(
     namespace: str,
     request: EffectiveRequest,
     items: Mapping[str, QuotaItem],
-    vendor: VendorResources = NVIDIA_RESOURCES,
+    vendor: VendorResources,
     *,
     enforce_gpu_count: bool = True,
 ) -> QuotaDecision:
@@ -175,7 +175,7 @@ def check_usage(
     namespace: str,
     usage: Sequence[DeviceUsage],
     items: Mapping[str, QuotaItem],
-    vendor: VendorResources = NVIDIA_RESOURCES,
+    vendor: VendorResources,
     *,
     enforce_gpu_count: bool = True,
 ) -> QuotaDecision:
@@ -211,7 +211,7 @@ class QuotaRoom:
 
 def usage_room(
     items: Mapping[str, QuotaItem],
-    vendor: VendorResources = NVIDIA_RESOURCES,
+    vendor: VendorResources,
     *,
     enforce_gpu_count: bool = True,
 ) -> QuotaRoom | None:
@@ -307,7 +307,7 @@ def quota_keys(vendors: Iterable[VendorResources]) -> dict[str, str]:
 
 
 def quota_items_from_limits(
-    limits: Mapping[str, int], vendors: Iterable[VendorResources] = (NVIDIA_RESOURCES,)
+    limits: Mapping[str, int], vendors: Iterable[VendorResources]
 ) -> dict[str, int]:
     """Maps ResourceQuota-style keys (limits.nvidia.com/gpumem) to resource names.
 

@@ -10,6 +10,7 @@ from accounting.ledger import Ledger
 from accounting.lifecycle import Decision, decide
 from accounting.model import ContainerClass, PodPhase
 from accounting.pod import effective_request
+from accounting.vendors import NVIDIA_RESOURCES
 from tests.builders import PodBuilder, device, gpu, req
 
 INIT, SIDECAR, APP = ContainerClass.INIT, ContainerClass.SIDECAR, ContainerClass.APP
@@ -100,7 +101,8 @@ def test_the_design_pods_are_charged_per_rule(
 ) -> None:
     pod = builder.build()
     assert {
-        rule: effective_request(counted_pod(pod, rule)).memory_mib for rule in CountingRule
+        rule: effective_request(counted_pod(pod, rule), NVIDIA_RESOURCES).memory_mib
+        for rule in CountingRule
     } == want
 
 

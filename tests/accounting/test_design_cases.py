@@ -14,6 +14,7 @@ from accounting.lifecycle import Decision
 from accounting.model import PodPhase, QuotaItem
 from accounting.pod import effective_request
 from accounting.quota import QuotaReason, check_quota
+from accounting.vendors import NVIDIA_RESOURCES
 from tests.builders import PodBuilder, device, gpu, req, usage
 
 MEM = "nvidia.com/gpumem"
@@ -64,8 +65,8 @@ def test_init_case_1_admission_catches_an_init_request_that_could_never_fit() ->
         .build()
     )
 
-    request = effective_request(pod)
-    decision = check_quota(NS, request, ledger.namespace_items(NS))
+    request = effective_request(pod, NVIDIA_RESOURCES)
+    decision = check_quota(NS, request, ledger.namespace_items(NS), NVIDIA_RESOURCES)
 
     assert request.memory_mib == 30720
     assert (decision.allowed, decision.reason) == (False, QuotaReason.MEMORY_EXCEEDED.value)
@@ -75,7 +76,8 @@ def test_init_case_2_a_pod_that_fits_is_no_longer_wrongly_rejected() -> None:
     ledger = _cluster()
     pod = _init_app_pod().build()
 
-    assert check_quota(NS, effective_request(pod), ledger.namespace_items(NS)).allowed
+    request = effective_request(pod, NVIDIA_RESOURCES)
+    assert check_quota(NS, request, ledger.namespace_items(NS), NVIDIA_RESOURCES).allowed
     outcome = ledger.reserve(pod, "node1")
 
     assert (outcome.reserved, outcome.reason) == (True, ReserveReason.RESERVED)
@@ -129,7 +131,7 @@ def test_sidecar_oversubscription_prevented() -> None:
         .build()
     )
 
-    assert effective_request(pod).memory_mib == 20480
+    assert effective_request(pod, NVIDIA_RESOURCES).memory_mib == 20480
     assert ledger.reserve(pod, "node1").reserved
     assert _used_mib(ledger) == 20480
 
@@ -161,7 +163,7 @@ def test_sidecar_shrink_restored(sidecar_first: bool, want_charged_mib: int) -> 
     ledger = _cluster()
     builder = _shrink_restored_pod(sidecar_first)
 
-    assert effective_request(builder.build()).memory_mib == want_charged_mib
+    assert effective_request(builder.build(), NVIDIA_RESOURCES).memory_mib == want_charged_mib
     added = ledger.record(builder.running("proxy").running("prepare").build())
     assert (added.decision, _used_mib(ledger)) == (Decision.RECORDED, want_charged_mib)
 
@@ -240,17 +242,18 @@ def test_resource_quota_interplay_shrink_frees_capacity_only_inside_hami() -> No
     )
     pod_b = PodBuilder("pod-b", namespace=NS).app("app", req(1, mib=5000)).build()
 
-    upstream_charge_a = effective_request(pod_a.build()).memory_mib
+    upstream_charge_a = effective_request(pod_a.build(), NVIDIA_RESOURCES).memory_mib
     assert upstream_charge_a == 8000
     ledger.reserve(pod_a.build(), "node1")
     ledger.record(pod_a.terminated("init", 0).running("app").phase(PodPhase.RUNNING).build())
     assert _used_mib(ledger) == 5000
 
     # Inside HAMi the shrink freed 3000: pod B fits exactly (5000 + 5000 == 10000).
-    inside = check_quota(NS, effective_request(pod_b), ledger.namespace_items(NS))
+    request_b = effective_request(pod_b, NVIDIA_RESOURCES)
+    inside = check_quota(NS, request_b, ledger.namespace_items(NS), NVIDIA_RESOURCES)
     assert inside.allowed is True
 
     # Kubernetes' ResourceQuota keeps charging pod A 8000 while it is non-terminal: B is refused.
     upstream_items = {MEM: QuotaItem(MEM, used=upstream_charge_a, limit=10000, limit_set=True)}
-    upstream = check_quota(NS, effective_request(pod_b), upstream_items)
+    upstream = check_quota(NS, request_b, upstream_items, NVIDIA_RESOURCES)
     assert (upstream.allowed, upstream.reason) == (False, QuotaReason.MEMORY_EXCEEDED.value)

@@ -14,6 +14,7 @@ from accounting import kube_pod
 from accounting.fit import NodeState, QuotaContext, fit_node, fit_pod
 from accounting.model import QuotaItem
 from accounting.quota import quota_items_from_limits
+from accounting.vendors import NVIDIA_RESOURCES
 from bench.naive_fit import naive_fit_node
 from tests.support import hami_fit_cases
 from tests.support.hami_fit_cases import HamiCase
@@ -22,7 +23,7 @@ from tests.support.hami_fit_cases import HamiCase
 def quota_context(case: HamiCase) -> QuotaContext | None:
     if not case.quota:
         return None
-    items = quota_items_from_limits(case.quota)
+    items = quota_items_from_limits(case.quota, (NVIDIA_RESOURCES,))
     return QuotaContext(
         {resource: QuotaItem(resource, 0, limit, True) for resource, limit in items.items()}
     )

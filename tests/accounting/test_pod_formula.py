@@ -84,7 +84,7 @@ VECTORS = [
 def test_effective_request_matches_upstream_pod_requests(vector: Vector) -> None:
     pod = _pod(vector.shape, as_grants=False)
 
-    got = effective_request(pod)
+    got = effective_request(pod, NVIDIA_RESOURCES)
 
     assert got.memory_mib == vector.want_memory_mib
 
@@ -100,8 +100,8 @@ def test_collapse_grants_on_one_uuid_matches_upstream_pod_requests(vector: Vecto
 
 
 def test_v20_explicit_zero_is_still_a_gpu_request_while_no_request_is_empty() -> None:
-    zero = effective_request(_pod("I(0) A(0)", as_grants=False))
-    none = effective_request(PodBuilder("cpu-only").init("i0").app("a0").build())
+    zero = effective_request(_pod("I(0) A(0)", as_grants=False), NVIDIA_RESOURCES)
+    none = effective_request(PodBuilder("cpu-only").init("i0").app("a0").build(), NVIDIA_RESOURCES)
 
     assert (zero.count, zero.memory_mib, zero.is_empty) == (1, 0, False)
     assert (none.count, none.memory_mib, none.is_empty) == (0, 0, True)

@@ -21,7 +21,7 @@ from accounting.pod import (
     usage_phases,
 )
 from accounting.quota import check_quota
-from accounting.vendors import VendorResources
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 from tests.accounting.strategies import (
     NODES,
     UUIDS,
@@ -82,7 +82,7 @@ def test_permuting_app_containers_changes_nothing(data: st.DataObject, pod: Pod)
 
     assert effective_usage(shuffled) == effective_usage(pod)
     assert steady_state_usage(shuffled) == steady_state_usage(pod)
-    assert effective_request(shuffled) == effective_request(pod)
+    assert effective_request(shuffled, NVIDIA_RESOURCES) == effective_request(pod, NVIDIA_RESOURCES)
 
 
 @PROPERTY
@@ -112,7 +112,8 @@ def test_adding_a_container_never_decreases_effective(
     grown = replace(pod, containers=(*pod.containers[:position], added, *pod.containers[position:]))
 
     assert _covers(effective_usage(grown), effective_usage(pod))
-    before, after = effective_request(pod), effective_request(grown)
+    before = effective_request(pod, NVIDIA_RESOURCES)
+    after = effective_request(grown, NVIDIA_RESOURCES)
     assert after.count >= before.count
     assert after.memory_mib >= before.memory_mib
     assert after.core_percent >= before.core_percent
@@ -151,7 +152,7 @@ def test_request_formula_and_grant_formula_agree_on_one_device(
     collapsed = collapse_grants(built)
 
     assert [u.memory_mib for u in collapsed] == (
-        [effective_request(pod).memory_mib] if built else []
+        [effective_request(pod, NVIDIA_RESOURCES).memory_mib] if built else []
     )
 
 

@@ -237,10 +237,10 @@ def test_admission_vectors(case: Case) -> None:
 def test_a15_memory_as_a_percentage_is_sized_only_at_scheduling() -> None:
     pod = PodBuilder("p").app("a1", req(1, percent=40)).app("a2", req(1, percent=40)).build()
 
-    request = effective_request(pod)
+    request = effective_request(pod, NVIDIA_RESOURCES)
 
     assert request.memory_sized_at_scheduling is True
-    assert check_quota("team-a", request, mem_quota(24000)).allowed is True
+    assert check_quota("team-a", request, mem_quota(24000), NVIDIA_RESOURCES).allowed is True
 
 
 @pytest.mark.parametrize(
@@ -259,7 +259,9 @@ def test_a15_memory_as_a_percentage_is_sized_only_at_scheduling() -> None:
     ],
 )
 def test_a15_scheduler_recheck_with_card_sizes(pod: Pod) -> None:
-    decision = check_usage("team-a", collapse_grants(pod.containers), mem_quota(24000))
+    decision = check_usage(
+        "team-a", collapse_grants(pod.containers), mem_quota(24000), NVIDIA_RESOURCES
+    )
 
     assert (decision.allowed, decision.reason) == (False, MEMORY_EXCEEDED)
 
@@ -352,8 +354,9 @@ SEMANTICS = [
 def test_quota_semantics(case: SemanticsCase) -> None:
     decision = check_quota(
         "team-a",
-        effective_request(case.pod),
+        effective_request(case.pod, NVIDIA_RESOURCES),
         case.items,
+        NVIDIA_RESOURCES,
         enforce_gpu_count=case.enforce_gpu_count,
     )
 
@@ -361,7 +364,8 @@ def test_quota_semantics(case: SemanticsCase) -> None:
 
 
 def test_denial_message_names_the_resource_and_the_numbers() -> None:
-    decision = check_quota("team-a", effective_request(app_pod(1024)), mem_quota(2000, used=1000))
+    request = effective_request(app_pod(1024), NVIDIA_RESOURCES)
+    decision = check_quota("team-a", request, mem_quota(2000, used=1000), NVIDIA_RESOURCES)
 
     assert decision.allowed is False
     assert "team-a" in decision.message
@@ -376,7 +380,7 @@ def test_quota_items_from_limits_keeps_only_the_managed_keys() -> None:
             "limits.nvidia.com/gpu": 4,
             "requests.nvidia.com/gpumem": 1,
             "limits.cpu": 8,
-        }
+        }, (NVIDIA_RESOURCES,)
     )
 
     assert got == {MEM: 24576, CORES: 200, COUNT: 4}
