@@ -2,11 +2,12 @@
 that overruns its deadline.
 
 Layer: services/admission (adapter runtime). A socket timeout bounds each single read, not a
-request: a client sending one byte every few seconds keeps it alive for ever (issue 15 held 300
-such TLS connections, and 300 threads, past 45 s). Here each connection carries one absolute
-deadline at a time — for its TLS handshake and first request, for the wait for its next
-request, for that request — and when it passes, the socket is shut down under the reading
-thread, which then ends with an error and frees its connection slot.
+request: a client sending one byte every few seconds keeps it alive for ever, and a few hundred
+such clients hold as many TLS connections, and as many threads, for as long as they please
+(``tests/admission/test_admission_webhook_slow_clients.py`` opens them). Here each connection
+carries one absolute deadline at a time — for its TLS handshake and first request, for the
+wait for its next request, for that request — and when it passes, the socket is shut down
+under the reading thread, which then ends with an error and frees its connection slot.
 """
 
 from __future__ import annotations
