@@ -66,7 +66,7 @@ class FieldViolation:
 
     Whatever built it, its path and message are printable ASCII within ``MAX_PATH_CHARS`` and
     ``MAX_DESCRIPTION_CHARS`` (``bounded_text``): a message that quotes a received value
-    without ``accounting.validate.quote`` still cannot grow an error past its bounds.
+    without ``accounting.quoting.quote`` still cannot grow an error past its bounds.
     """
 
     path: str

@@ -28,22 +28,17 @@ from accounting.annotations import (
     NODE_REGISTER_ANNOTATION,
 )
 from accounting.errors import InvalidInputError, Violations
+from accounting.limits import INT32_MAX, INT32_MIN, MAX_DEVICES_PER_NODE, MAX_GRANT_SLOTS
 from accounting.model import DEFAULT_DEVICE_MODE, Device, DeviceGrant
+from accounting.quoting import json_kind, quote
+from accounting.received_json import bounded_json_array, decode_json
 from accounting.validate import (
-    INT32_MAX,
-    INT32_MIN,
-    MAX_DEVICES_PER_NODE,
-    MAX_GRANT_SLOTS,
     REGISTER_MIG_FIELDS,
-    bounded_json_array,
     check_device_id,
     check_integer_text,
     check_json_integer,
     check_mig_profiles,
     check_wire_text,
-    decode_json,
-    json_kind,
-    quote,
 )
 from accounting.vendors import NVIDIA
 

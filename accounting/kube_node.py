@@ -18,20 +18,15 @@ from typing import Any
 
 from accounting import hami_codec, numbers, quantity
 from accounting.errors import InvalidInputError, Violations
+from accounting.limits import INT32_MAX, MAX_DEVICES_PER_NODE, MAX_NODE_NAME_CHARS
 from accounting.model import Device
+from accounting.quoting import json_kind, quote
+from accounting.received_json import bounded_json_array, decode_json, json_object
 from accounting.validate import (
-    INT32_MAX,
-    MAX_DEVICES_PER_NODE,
-    MAX_NODE_NAME_CHARS,
     WIRE_SEPARATORS,
-    bounded_json_array,
     check_device_id,
     check_integer_text,
     check_json_integer,
-    decode_json,
-    json_kind,
-    json_object,
-    quote,
 )
 from accounting.vendor_spec import CapacityDevices, DeviceSource, VendorSpec
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources, specs_for

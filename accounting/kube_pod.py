@@ -30,6 +30,16 @@ from typing import Any
 from accounting import hami_codec, mig, numbers, quantity
 from accounting.annotations import VGPU_NODE_ANNOTATION
 from accounting.errors import InvalidInputError, Violations
+from accounting.limits import (
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    MAX_CONTAINERS,
+    MAX_DEVICES_PER_CONTAINER,
+    MAX_GRANTS_PER_CONTAINER,
+    MAX_REQUESTS_PER_CONTAINER,
+    MAX_STATUSES,
+)
 from accounting.mig import MIG_ALLOCATIONS_ANNOTATION
 from accounting.model import (
     Container,
@@ -47,21 +57,9 @@ from accounting.pod import (
     WHOLE_CARD_PERCENT,
     classify_init_container,
 )
-from accounting.validate import (
-    INT32_MAX,
-    INT32_MIN,
-    INT64_MAX,
-    MAX_CONTAINERS,
-    MAX_DEVICES_PER_CONTAINER,
-    MAX_GRANTS_PER_CONTAINER,
-    MAX_REQUESTS_PER_CONTAINER,
-    MAX_STATUSES,
-    check_annotations,
-    check_json_integer,
-    json_kind,
-    json_object,
-    quote,
-)
+from accounting.quoting import json_kind, quote
+from accounting.received_json import json_object
+from accounting.validate import check_annotations, check_json_integer
 from accounting.vendor_spec import SOFT_SPLIT_MODE, Charge, VendorSpec
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources, specs_for
 

@@ -46,6 +46,7 @@ from accounting import reasons
 from accounting.amount import ZERO, Amount, Dimension
 from accounting.errors import InvalidInputError, Violations
 from accounting.lifecycle import Decision, StoredPod, decide
+from accounting.limits import MAX_QUOTA_LIMIT
 from accounting.mig import MIG_MODE, UNKNOWN_INSTANCE, whole_card
 from accounting.model import (
     Device,
@@ -59,7 +60,6 @@ from accounting.model import (
 from accounting.pod import effective_usage
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
 from accounting.quota import check_usage, held_quantities
-from accounting.validate import MAX_QUOTA_LIMIT
 from accounting.vendor_spec import Charge
 
 DEFAULT_MAX_TOMBSTONES = 100_000

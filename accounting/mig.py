@@ -24,16 +24,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from accounting.errors import Violations
+from accounting.limits import INT32_MAX
 from accounting.model import MigInstance, MigPlacement, MigProfile
-from accounting.validate import (
-    INT32_MAX,
-    bounded_json_array,
-    check_device_id,
-    check_json_integer,
-    decode_json,
-    json_kind,
-    quote,
-)
+from accounting.quoting import json_kind, quote
+from accounting.received_json import bounded_json_array, decode_json
+from accounting.validate import check_device_id, check_json_integer
 
 MIG_MODE = "mig"
 """The ``mode`` a card registers when its node's device plugin runs it in MIG mode."""

@@ -17,7 +17,7 @@ read here, because Python's own readers accept far more than the writers of that
   conversion, and no ``ValueError`` ever leaves a reader.
 
 These functions only read; the field-naming errors (``InvalidInputError`` with the request's
-path) are built by ``accounting.validate`` around them.
+path) are built by ``accounting.validate`` and ``accounting.received_json`` around them.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from accounting.annotations import (
     VGPU_TIME_ANNOTATION,
 )
 from accounting.mig import MIG_ALLOCATIONS_ANNOTATION
-from accounting.validate import quote
+from accounting.quoting import quote
 
 FIXED_OWNED_ANNOTATIONS = (
     VGPU_NODE_ANNOTATION,

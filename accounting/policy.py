@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from accounting import vendors as vendor_table
 from accounting.errors import Violations
-from accounting.validate import INT32_MAX, MAX_MEMORY_FACTOR
+from accounting.limits import INT32_MAX, MAX_MEMORY_FACTOR
 from accounting.vendor_spec import VendorSpec
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 

@@ -29,7 +29,7 @@ import re
 from decimal import Decimal
 
 from accounting import numbers
-from accounting.validate import json_kind, quote
+from accounting.quoting import json_kind, quote
 
 MAX_QUANTITY_CHARS = 64
 """A quantity longer than this is refused (the API server would keep a canonical form far

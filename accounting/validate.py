@@ -1,277 +1,44 @@
-"""Input validation of domain values: every offending field at once, nothing changed.
+"""Checks of received values: each field within its bounds, and whole domain values (a pod, a
+node inventory) with every offending field at once, nothing changed.
 
 Layer: accounting (pure). Adapters build a ``Pod`` or a device inventory from protobuf or from
 Kubernetes JSON, then call ``validate_pod`` / ``validate_devices`` before handing the value to
-the rules. Size limits come first and stop the walk, so a huge repeated field is refused after
-one ``len()`` instead of after checking every element.
+the rules; the readers (``accounting.kube``, ``accounting.hami_codec``, ``accounting.mig``)
+check each field as they read it with the checks here. Size limits (``accounting.limits``)
+come first and stop the walk, so a huge repeated field is refused after one ``len()`` instead
+of after checking every element.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from json.encoder import encode_basestring_ascii
-from typing import Any
 
 from accounting import numbers
 from accounting import vendors as vendor_table
-from accounting.errors import InvalidInputError, Violations
+from accounting.errors import Violations
+from accounting.limits import (
+    INT32_MAX,
+    INT32_MIN,
+    MAX_ANNOTATIONS_BYTES,
+    MAX_CONTAINERS,
+    MAX_DEVICE_ID_CHARS,
+    MAX_DEVICES_PER_CONTAINER,
+    MAX_DEVICES_PER_NODE,
+    MAX_GRANT_SLOTS,
+    MAX_GRANTS_PER_CONTAINER,
+    MAX_MIG_SLICES,
+    MAX_REQUESTS_PER_CONTAINER,
+    MAX_STATUSES,
+)
 from accounting.model import Container, ContainerStatus, Device, DeviceGrant, DeviceRequest, Pod
-
-INT32_MAX = 2_147_483_647
-INT32_MIN = -2_147_483_648
-
-MAX_CONTAINERS = 256
-"""Containers per pod (init, sidecar and app together); Kubernetes pods have a handful."""
-MAX_GRANTS_PER_CONTAINER = 64
-"""Devices granted to one container; more than any node has."""
-MAX_REQUESTS_PER_CONTAINER = 16
-"""Vendor requests of one container."""
-MAX_STATUSES = MAX_CONTAINERS
-"""Entries of initContainerStatuses or containerStatuses."""
-MAX_DEVICES_PER_NODE = 256
-"""Devices in one node inventory."""
-MAX_DEVICES_PER_CONTAINER = MAX_DEVICES_PER_NODE
-"""Devices one container may ask for: more than a node may register could never be placed."""
-MAX_GRANT_SLOTS = 65_536
-"""Sharing slots one grant may stand for (HAMi's deviceSplitCount is 10 by default)."""
-MAX_MEMORY_FACTOR = 65_536
-"""The largest memory factor (HAMi's memoryFactor; 1024 makes gpumem count GiB)."""
-MAX_QUOTA_LIMIT = 10**12
-"""The largest namespace limit of any resource (MiB, percent or devices): more than a cluster
-has, and small enough that limit × memory factor stays well inside int64.
-
-Why these maxima keep every number on the wire inside its int64 or int32 field: a pod has at
-most 256 containers, each at most 256 devices of at most 2^31 − 1 MiB, so its effective memory
-request times the largest memory factor is below 2^63; a limit times that factor is below 2^57;
-one pod's usage on one device (at most 256 × 64 grants) stays below 2^45 MiB, 2^22 percent and
-2^30 slots. Only totals over many pods (a node's or a namespace's used amounts) are unbounded
-in principle; they are reported saturated at the field's maximum, which no real cluster
-reaches."""
-INT64_MAX = 2**63 - 1
-MAX_DEVICE_ID_CHARS = 320
-"""The longest device id (UUID) read from a request or an annotation. The ids HAMi writes are
-far shorter (an NVIDIA UUID has 40 characters); the longest an id made from a node's name can
-get is 276 (a 253-character name, ``-enflame-drs-`` and a 10-digit index). Every id is stored
-and sent in every watch event of its node, so a longer one only costs every reader."""
-MAX_NODE_NAME_CHARS = 253
-"""A Kubernetes node name is a DNS subdomain: at most 253 characters."""
-MAX_MIG_SLICES = 8
-"""Memory slices of a MIG-mode card: NVIDIA's cards have at most eight (A100, H100; A30 has
-four), and NVML's possible placements, which the device plugin registers, lie inside them."""
-MAX_ANNOTATIONS_BYTES = 256 * 1024
-"""Kubernetes' own limit on the total size of a pod's annotations (keys plus values)."""
+from accounting.quoting import quote, shown
 
 WIRE_SEPARATORS = ",:;"
+"""Characters that cannot appear in a UUID or type written into vgpu-devices-allocated."""
 _NO_WIRE_SEPARATOR = re.compile(f"[^{re.escape(WIRE_SEPARATORS)}]*")
 """Matches a whole value free of separators (one C scan, for every grant of every request)."""
-"""Characters that cannot appear in a UUID or type written into vgpu-devices-allocated."""
-
-
-def json_object(raw: bytes | str, path: str) -> dict[str, Any]:
-    """Decodes ``raw`` as one JSON object (what Go's ``json.Marshal`` writes for a Kubernetes
-    object), numbers read exactly and boundedly (``decode_json``).
-
-    Raises:
-        InvalidInputError: at ``path``: not JSON, nested too deeply, or not an object; or
-            text UTF-8 cannot carry, at the string's own path.
-    """
-    document = decode_json(raw, path)
-    if not isinstance(document, dict):
-        raise InvalidInputError.single(path, f"must be a JSON object, got {json_kind(document)}")
-    return document
-
-
-InvalidJson = str | Callable[[ValueError], str]
-"""What ``decode_json`` says of text that is not JSON: a message, or one made from the error."""
-
-
-def decode_json(
-    raw: bytes | str,
-    path: str,
-    *,
-    invalid: InvalidJson | None = None,
-) -> object:
-    r"""Decodes JSON text received from outside (a request, an annotation, the Kubernetes API):
-    the one place where such text becomes values, so every decoded string is one UTF-8 can
-    carry.
-
-    JSON may write a lone UTF-16 surrogate (``"\ud800"``) that no UTF-8 text can hold:
-    Python decodes it into a string that protobuf, SQLite and every encoder after the
-    decoder refuse, so it is refused here, naming the string (``check_text``).
-
-    Args:
-        raw: the text, as bytes (UTF-8) or str.
-        path: where the text was received, for errors, e.g.
-            ``kubernetes_node_json.metadata.annotations["hami.io/node-nvidia-register"]``.
-        invalid: the message for text that is not JSON (default "not valid JSON (why)").
-
-    Raises:
-        InvalidInputError: not JSON, nested too deeply, or a string UTF-8 cannot carry.
-    """
-    try:
-        # Exact numbers: a Kubernetes quantity may be a JSON number, and 1e400 is no float;
-        # an integer of thousands of digits stays a Decimal for its field to refuse.
-        document: object = numbers.json_loads(raw)
-    except ValueError as error:  # UnicodeDecodeError included
-        if invalid is None:
-            message = f"not valid JSON ({error})"
-        else:
-            message = invalid if isinstance(invalid, str) else invalid(error)
-        raise InvalidInputError.single(path, message) from None
-    except RecursionError:
-        # json.loads recurses per nesting level; hostile input can nest deeper than the stack.
-        raise InvalidInputError.single(path, "not valid JSON (nested too deeply)") from None
-    # Only an escape or an encoded surrogate (json.loads decodes bytes with "surrogatepass")
-    # can make one: text with neither needs no walk. A valid pair matches too and is walked.
-    # json.loads also reads UTF-16 and UTF-32 (zero bytes among the first four), whose
-    # surrogates neither pattern sees: those are always walked.
-    # Substring tests first: a C scan each, a fraction of the pattern's cost on a whole pod.
-    if isinstance(raw, bytes):
-        may_hold = b"\x00" in raw[:4] or (
-            (b"\\u" in raw or b"\xed" in raw) and _SURROGATE_ESCAPE_BYTES.search(raw) is not None
-        )
-    else:
-        may_hold = ("\\u" in raw or not raw.isascii()) and (
-            _SURROGATE_OR_ESCAPE.search(raw) is not None
-        )
-    if may_hold:
-        check_text(document, path)
-    return document
-
-
-_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
-_SURROGATE_OR_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
-_CHECK_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False, default=str)
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def check_text(document: object, path: str = "") -> None:
-    r"""Refuses decoded JSON (objects, arrays, strings, numbers) holding a string or key that
-    UTF-8 cannot encode — a lone surrogate, the only such text a Python string can hold.
-
-    One C-speed encoding proves the common case; the walk that names each bad string only
-    runs when it fails. Keys join the path as ``.name`` when they are identifiers, else as
-    ``["key"]``, e.g. ``metadata.annotations["hami.io/node-nvidia-register"]``.
-
-    Raises:
-        InvalidInputError: naming each such string, e.g. ``[0].type: must be text UTF-8 can
-            encode, got a lone surrogate U+D800 at character 6 of "NVIDIA\ud800"``.
-    """
-    try:
-        _CHECK_ENCODER.encode(document).encode("utf-8")
-    except UnicodeEncodeError:
-        pass
-    else:
-        return
-    found = Violations()
-    # Iterative, in document order: decoded JSON may nest almost as deep as the stack allows.
-    stack: list[tuple[object, str, str | None]] = [(document, path, None)]
-    while stack:
-        value, at, key = stack.pop()
-        if key is not None:
-            _check_encodable(found, at, key, what="a key")
-        if isinstance(value, str):
-            _check_encodable(found, at, value)
-        elif isinstance(value, dict):
-            stack.extend(
-                (item, _key_path(at, str(name)), str(name))
-                for name, item in reversed(value.items())
-            )
-        elif isinstance(value, list | tuple):
-            stack.extend(
-                (item, f"{at}[{index}]", None) for index, item in reversed(list(enumerate(value)))
-            )
-    found.raise_if_any()
-
-
-def _key_path(path: str, key: str) -> str:
-    if _IDENTIFIER.fullmatch(key):
-        return f"{path}.{key}" if path else key
-    return f"{path}[{quote(key)}]"
-
-
-def _check_encodable(found: Violations, path: str, text: str, what: str = "text") -> None:
-    if text.isascii():
-        return
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        found.add(
-            path,
-            f"must be {what} UTF-8 can encode, got a lone surrogate "
-            f"U+{ord(text[error.start]):04X} at character {error.start} of {quote(text)}",
-        )
-
-
-def bounded_json_array(
-    document: object, path: str, *, items: str, noun: str, limit: int
-) -> list[Any]:
-    """``document`` (decoded JSON, not null) as a list of at most ``limit`` entries; else an
-    error at ``path`` such as "must be a JSON array of devices, got an object"."""
-    if not isinstance(document, list):
-        raise InvalidInputError.single(
-            path, f"must be a JSON array of {items}, got {json_kind(document)}"
-        )
-    if len(document) > limit:
-        raise InvalidInputError.single(path, f"at most {limit} {noun}, got {len(document)}")
-    return document
-
-
-def json_kind(value: object) -> str:
-    """What a decoded JSON value is, for messages: "an object", "a string", "null"..."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    return "a number"
-
-
-MAX_QUOTED_CHARS = 80
-"""Characters of a received value an error quotes back (``quote``), escapes included."""
-
-
-def quote(text: str, limit: int = MAX_QUOTED_CHARS) -> str:
-    r"""Quotes a received value for an error message as a JSON string of printable ASCII (any
-    other character as its JSON escape, ``"\u00e9"``), at most ``limit`` characters between
-    the quotes, then ``... (N characters)`` when it was longer: hostile input stays small
-    whatever its alphabet."""
-    quoted = json.dumps(text[:limit])
-    if len(quoted) <= limit + 2 and len(text) <= limit:
-        return quoted
-    # Character by character, so no escape is cut in two (at most ``limit`` of them).
-    kept: list[str] = []
-    size = 0
-    for character in text[:limit]:
-        escaped = encode_basestring_ascii(character)[1:-1]
-        if size + len(escaped) > limit:
-            break
-        kept.append(escaped)
-        size += len(escaped)
-    return f'"{"".join(kept)}"... ({len(text)} characters)'
-
-
-def shown(value: object) -> str:
-    """A received JSON value for a message, kept short: strings quoted and shortened, numbers,
-    booleans and null as JSON writes them, objects and arrays by their kind only."""
-    if isinstance(value, str):
-        return quote(value)
-    if value is None or isinstance(value, bool):
-        return json.dumps(value)
-    if isinstance(value, dict | list):
-        return json_kind(value)
-    number = str(value)
-    if len(number) <= MAX_QUOTED_CHARS:
-        return number
-    return f"{number[:MAX_QUOTED_CHARS]}... ({len(number)} characters)"
 
 
 # The checks below take the object's path and the field's name apart and join them only to

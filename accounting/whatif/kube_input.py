@@ -33,10 +33,10 @@ from accounting.errors import FieldViolation, InvalidInputError
 from accounting.fit import pod_requests_devices
 from accounting.kube_node import NodeRegistration, parse_node
 from accounting.kube_pod import DEFAULT_NAMESPACE, parse_pod
+from accounting.limits import MAX_QUOTA_LIMIT
 from accounting.model import ContainerClass, Pod, PodPhase
 from accounting.quantity import QuantityError, describe, parse_quantity
 from accounting.quota import merge_quota_limits, quota_keys
-from accounting.validate import MAX_QUOTA_LIMIT
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 from accounting.whatif.workload import DEFAULT_INIT_RUN_S, ReplayPod, Workload
 

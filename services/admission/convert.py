@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from accounting import kube_pod, validate
+from accounting import kube_pod, received_json, validate
 from accounting.errors import InvalidInputError
 from accounting.model import Pod, QuotaItem
 from accounting.pod import EffectiveRequest
@@ -46,7 +46,7 @@ def pod_from_request(
         return common.pod_from_pb(typed)
     if kind == "kubernetes_pod_json":
         path = "kubernetes_pod_json"
-        document = validate.json_object(request.kubernetes_pod_json, path)
+        document = received_json.json_object(request.kubernetes_pod_json, path)
         return pod_from_kubernetes(document, vendors, path=path)
     # The common reader reports a missing source with the same words every daemon uses.
     return common.pod_from_source(request, vendors)

@@ -57,7 +57,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
 
-from accounting import errors, kube_pod, numbers, owned_annotations, validate
+from accounting import errors, kube_pod, numbers, owned_annotations, quoting, received_json
 from accounting.errors import InvalidInputError
 from services.admission import convert
 from services.admission.deadlines import ConnectionDeadlines
@@ -118,7 +118,7 @@ def parse_review(body: bytes) -> Review:
     try:
         # Exact numbers: a quantity may be a JSON number, and 1e400 is not a float; an integer
         # of thousands of digits stays a Decimal for its field to refuse (accounting.numbers).
-        document = validate.decode_json(body, "body")
+        document = received_json.decode_json(body, "body")
     except InvalidInputError as error:
         raise ReviewError(str(error)) from None
     if not isinstance(document, dict):
@@ -127,10 +127,10 @@ def parse_review(body: bytes) -> Review:
     if api_version not in SUPPORTED_VERSIONS:
         raise ReviewError(
             f"apiVersion must be one of {', '.join(SUPPORTED_VERSIONS)}, got "
-            f"{validate.shown(api_version)}"
+            f"{quoting.shown(api_version)}"
         )
     if document.get("kind") != REVIEW_KIND:
-        raise ReviewError(f"kind must be {REVIEW_KIND}, got {validate.shown(document.get('kind'))}")
+        raise ReviewError(f"kind must be {REVIEW_KIND}, got {quoting.shown(document.get('kind'))}")
     request = document.get("request")
     if not isinstance(request, dict):
         raise ReviewError("request must be an object")
@@ -378,7 +378,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
         if length is None or length < 0:
             self._error(HTTPStatus.BAD_REQUEST,
-                        f"invalid Content-Length {validate.quote(length_text)}", close=True)
+                        f"invalid Content-Length {quoting.quote(length_text)}", close=True)
             return
         if length > MAX_BODY_BYTES:
             # Read (and drop) a moderately oversized body so the client gets the answer instead

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Literal, Protocol, TypeVar
 
-from accounting import kube_node, kube_pod, validate
+from accounting import kube_node, kube_pod, limits, received_json, validate
 from accounting.errors import FieldViolation, InvalidInputError, Violations
 from accounting.model import (
     DEFAULT_DEVICE_MODE,
@@ -101,7 +101,7 @@ def pod_source_asks_for_devices(request: PodSourceRequest) -> bool:
         return any(r.count > 0 for c in request.pod.containers for r in c.requests)
     if kind == "kubernetes_pod_json":
         try:
-            document = validate.json_object(request.kubernetes_pod_json, "kubernetes_pod_json")
+            document = received_json.json_object(request.kubernetes_pod_json, "kubernetes_pod_json")
         except InvalidInputError:
             return False
         return kube_pod.names_extended_resources(document)
@@ -205,32 +205,32 @@ def pod_from_pb(pb: types_pb2.Pod, path: str = "pod") -> Pod:
 
 def _check_sizes(found: Violations, pb: types_pb2.Pod, path: str) -> None:
     # Refuse a huge repeated field before converting any element of it.
-    if len(pb.containers) > validate.MAX_CONTAINERS:
+    if len(pb.containers) > limits.MAX_CONTAINERS:
         found.add(
             f"{path}.containers",
-            f"at most {validate.MAX_CONTAINERS} containers, got {len(pb.containers)}",
+            f"at most {limits.MAX_CONTAINERS} containers, got {len(pb.containers)}",
         )
         return
     for index, container in enumerate(pb.containers):
-        if len(container.grants) > validate.MAX_GRANTS_PER_CONTAINER:
+        if len(container.grants) > limits.MAX_GRANTS_PER_CONTAINER:
             found.add(
                 f"{path}.containers[{index}].grants",
-                f"at most {validate.MAX_GRANTS_PER_CONTAINER} grants, got {len(container.grants)}",
+                f"at most {limits.MAX_GRANTS_PER_CONTAINER} grants, got {len(container.grants)}",
             )
-        if len(container.requests) > validate.MAX_REQUESTS_PER_CONTAINER:
+        if len(container.requests) > limits.MAX_REQUESTS_PER_CONTAINER:
             found.add(
                 f"{path}.containers[{index}].requests",
-                f"at most {validate.MAX_REQUESTS_PER_CONTAINER} requests, "
+                f"at most {limits.MAX_REQUESTS_PER_CONTAINER} requests, "
                 f"got {len(container.requests)}",
             )
     for name, statuses in (
         ("init_container_statuses", pb.status.init_container_statuses),
         ("container_statuses", pb.status.container_statuses),
     ):
-        if len(statuses) > validate.MAX_STATUSES:
+        if len(statuses) > limits.MAX_STATUSES:
             found.add(
                 f"{path}.status.{name}",
-                f"at most {validate.MAX_STATUSES} statuses, got {len(statuses)}",
+                f"at most {limits.MAX_STATUSES} statuses, got {len(statuses)}",
             )
 
 
@@ -449,16 +449,16 @@ def grants_from_pb(
             ``container_grants[1].grants[0].memory_mib: must be between 0 and 2147483647``.
     """
     found = Violations()
-    if len(container_grants) > validate.MAX_CONTAINERS:
-        found.add(path, f"at most {validate.MAX_CONTAINERS} positions, got {len(container_grants)}")
+    if len(container_grants) > limits.MAX_CONTAINERS:
+        found.add(path, f"at most {limits.MAX_CONTAINERS} positions, got {len(container_grants)}")
         found.raise_if_any()
     per_container: list[tuple[DeviceGrant, ...]] = []
     for position, entry in enumerate(container_grants):
         entry_path = f"{path}[{position}].grants"
-        if len(entry.grants) > validate.MAX_GRANTS_PER_CONTAINER:
+        if len(entry.grants) > limits.MAX_GRANTS_PER_CONTAINER:
             found.add(
                 entry_path,
-                f"at most {validate.MAX_GRANTS_PER_CONTAINER} grants, got {len(entry.grants)}",
+                f"at most {limits.MAX_GRANTS_PER_CONTAINER} grants, got {len(entry.grants)}",
             )
             per_container.append(())
             continue
@@ -544,10 +544,10 @@ def devices_from_inventory_pb(
     Raises:
         InvalidInputError: every bad device field, e.g. ``inventory.devices[1].uuid``.
     """
-    if len(inventory.devices) > validate.MAX_DEVICES_PER_NODE:
+    if len(inventory.devices) > limits.MAX_DEVICES_PER_NODE:
         raise InvalidInputError.single(
             path,
-            f"at most {validate.MAX_DEVICES_PER_NODE} devices, got {len(inventory.devices)}",
+            f"at most {limits.MAX_DEVICES_PER_NODE} devices, got {len(inventory.devices)}",
         )
     devices = tuple(device_from_pb(device) for device in inventory.devices)
     validate.validate_devices(devices, path)
@@ -568,8 +568,8 @@ def node_from_source(
     """
     kind = request.WhichOneof("node_source")
     found = Violations()
-    if len(request.node_name) > validate.MAX_NODE_NAME_CHARS:
-        found.add("node_name", f"at most {validate.MAX_NODE_NAME_CHARS} characters, "
+    if len(request.node_name) > limits.MAX_NODE_NAME_CHARS:
+        found.add("node_name", f"at most {limits.MAX_NODE_NAME_CHARS} characters, "
                                f"got {len(request.node_name)} characters")
     if kind == "kubernetes_node_json":
         try:
@@ -593,10 +593,10 @@ def node_from_source(
     )
 
 
-def saturated(value: int, high: int = validate.INT64_MAX) -> int:
+def saturated(value: int, high: int = limits.INT64_MAX) -> int:
     """A total over many pods as its wire field can carry it: at most ``high``.
 
-    Every stored quantity is bounded (accounting.validate's maxima), so one pod's numbers always
+    Every stored quantity is bounded (accounting.limits' maxima), so one pod's numbers always
     fit; a node's or a namespace's total over pods is bounded only by how many pods there are,
     and is reported saturated rather than failing the whole answer with INTERNAL. Saturating
     is the safe side: a total at the maximum leaves no room, so nothing more fits or passes.
@@ -612,8 +612,8 @@ def device_state_to_pb(state: DeviceState) -> types_pb2.DeviceState:
         **_to_wire(state.device, _DEVICE_FIELDS),
         # Totals over pods are saturated at the wire field's maximum (never wrapped).
         memory_used_mib=saturated(state.memory_used_mib),
-        cores_used=saturated(state.core_percent_used, validate.INT32_MAX),
-        slots_used=saturated(state.slots_used, validate.INT32_MAX),
+        cores_used=saturated(state.core_percent_used, limits.INT32_MAX),
+        slots_used=saturated(state.slots_used, limits.INT32_MAX),
         **extras,
     )
 

@@ -15,9 +15,10 @@ from accounting.allocation import allocation_annotations
 from accounting.annotations import VGPU_NODE_ANNOTATION, VGPU_TIME_ANNOTATION
 from accounting.errors import InvalidInputError, Violations
 from accounting.fit import FitResult, NodeState, QuotaContext
+from accounting.limits import MAX_NODE_NAME_CHARS
 from accounting.model import Device, DeviceGrant, DeviceUsage, Pod
+from accounting.quoting import quote
 from accounting.reasons import NODE_UNREGISTERED
-from accounting.validate import MAX_NODE_NAME_CHARS, quote
 from accounting.vendor_spec import VendorSpec
 from accounting.vendors import NVIDIA_RESOURCES, NVIDIA_SPEC, VendorResources
 from hami.accounting.v1 import scheduler_pb2, types_pb2, usage_pb2

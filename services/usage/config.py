@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from accounting.limits import MAX_MEMORY_FACTOR
 from accounting.policy import AccountingPolicy, policy_for
-from accounting.validate import MAX_MEMORY_FACTOR
 from accounting.vendors import ALL_VENDORS, DEFAULT_VENDORS, known
 from services.common.config import (
     CommonConfig,

@@ -21,7 +21,7 @@ from accounting.ledger import (
 from accounting.lifecycle import StoredPod
 from accounting.model import Pod, QuotaItem
 from accounting.policy import AccountingPolicy
-from accounting.validate import quote
+from accounting.quoting import quote
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 from hami.accounting.v1 import types_pb2, usage_pb2
 from services.common import convert as common

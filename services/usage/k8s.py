@@ -41,13 +41,14 @@ from kubernetes import client, config, watch
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from accounting import kube_node, kube_pod, numbers, quantity, validate
+from accounting import kube_node, kube_pod, numbers, quantity, received_json
 from accounting.annotations import VGPU_NODE_ANNOTATION
 from accounting.errors import InvalidInputError
+from accounting.limits import MAX_NODE_NAME_CHARS, MAX_QUOTA_LIMIT
 from accounting.model import Device, Pod
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
 from accounting.quota import merge_quota_limits, quota_keys
-from accounting.validate import MAX_NODE_NAME_CHARS, MAX_QUOTA_LIMIT, quote
+from accounting.quoting import quote
 from services.usage import metrics
 
 __all__ = [
@@ -682,7 +683,7 @@ class KubernetesSource:
         # Raises InvalidInputError for a pod that does not read: _apply logs who it is and
         # what is wrong, never the pod spec. Text UTF-8 cannot carry is such a pod: stored, it
         # would fail every read and the journal.
-        validate.check_text(obj)
+        received_json.check_text(obj)
         pod = kube_pod.parse_pod(obj, self._vendors)
         self._deliver(functools.partial(self._sink.record_pod, pod))
 
@@ -726,7 +727,7 @@ class KubernetesSource:
         if unchanged_ok and self._node_registrations.get(name) == annotation:
             return
         # Raises InvalidInputError for devices that do not read: the node keeps what it had.
-        validate.check_text(obj)
+        received_json.check_text(obj)
         registration = kube_node.parse_node(obj, self._vendors)
         self._deliver(
             functools.partial(
@@ -801,7 +802,7 @@ def _check_quota_names(namespace: str, name: str) -> None:
     """Raises InvalidInputError when a ResourceQuota's namespace or name is text UTF-8 cannot
     carry (the namespace would be stored, then fail every read): skipped like any object that
     does not read."""
-    validate.check_text({"namespace": namespace, "name": name}, "metadata")
+    received_json.check_text({"namespace": namespace, "name": name}, "metadata")
 
 
 def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:

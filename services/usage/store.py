@@ -41,6 +41,7 @@ from accounting.ledger import (
     ReserveReason,
 )
 from accounting.lifecycle import Decision, StoredPod
+from accounting.limits import MAX_QUOTA_LIMIT
 from accounting.model import (
     TRACEPARENT_ANNOTATION,
     Device,
@@ -49,7 +50,7 @@ from accounting.model import (
 )
 from accounting.policy import AccountingPolicy
 from accounting.quota import quota_items_from_limits, quota_keys
-from accounting.validate import MAX_QUOTA_LIMIT, validate_devices
+from accounting.validate import validate_devices
 from services.common import metrics, telemetry
 from services.common.errors import DependencyUnavailableError
 from services.usage import metrics as usage_metrics

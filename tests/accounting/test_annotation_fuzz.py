@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from accounting import kube_node, kube_pod
 from accounting.errors import InvalidInputError
-from accounting.validate import MAX_DEVICE_ID_CHARS
+from accounting.limits import MAX_DEVICE_ID_CHARS
 from accounting.vendor_spec import VendorResources
 from accounting.vendors import VENDORS
 from tests.reliability.sizes import report, sized

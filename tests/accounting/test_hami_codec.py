@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from accounting import hami_codec
 from accounting.errors import InvalidInputError
+from accounting.limits import MAX_GRANT_SLOTS
 from accounting.model import Device, DeviceGrant, MigProfile
-from accounting.validate import MAX_GRANT_SLOTS
 
 ALLOCATED = 'annotations["hami.io/vgpu-devices-allocated"]'
 REGISTER = 'annotations["hami.io/node-nvidia-register"]'

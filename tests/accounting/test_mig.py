@@ -19,6 +19,7 @@ from accounting.allocation import allocation_annotations
 from accounting.errors import InvalidInputError
 from accounting.fit import NodeState, fit_node
 from accounting.ledger import Ledger
+from accounting.limits import MAX_MIG_SLICES
 from accounting.model import (
     Device,
     DeviceRequest,
@@ -30,7 +31,7 @@ from accounting.model import (
     PodPhase,
 )
 from accounting.policy import DEFAULT_POLICY
-from accounting.validate import MAX_MIG_SLICES, validate_devices
+from accounting.validate import validate_devices
 from accounting.vendors import NVIDIA_SPEC
 from tests.builders import PodBuilder
 

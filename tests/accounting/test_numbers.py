@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from accounting import numbers, quantity
 from accounting.errors import FieldViolation, InvalidInputError, Violations
-from accounting.validate import INT32_MAX, INT32_MIN, check_integer_text, check_json_integer
+from accounting.limits import INT32_MAX, INT32_MIN
+from accounting.validate import check_integer_text, check_json_integer
 
 SYNTAX, RANGE = "syntax", "range"
 

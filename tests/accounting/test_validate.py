@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accounting.errors import InvalidInputError
+from accounting.limits import MAX_DEVICES_PER_CONTAINER, MAX_GRANT_SLOTS
 from accounting.model import (
     Container,
     ContainerClass,
@@ -20,14 +21,8 @@ from accounting.model import (
     DeviceRequest,
     Pod,
 )
-from accounting.validate import (
-    MAX_DEVICES_PER_CONTAINER,
-    MAX_GRANT_SLOTS,
-    check_text,
-    decode_json,
-    validate_devices,
-    validate_pod,
-)
+from accounting.received_json import check_text, decode_json
+from accounting.validate import validate_devices, validate_pod
 
 INT32_MAX = 2_147_483_647
 

@@ -8,7 +8,7 @@ scheduler run on 127.0.0.1:0 with the largest memory factor, and Hypothesis driv
 largest and just-too-large values of every quantity (quota limits, counts, MiB, cores, slots,
 many containers, many pods on one device). Every answer is OK or INVALID_ARGUMENT naming a field
 — never INTERNAL — and an OK answer carries the exact numbers (or, for a total over pods, the
-field's maximum: see ``accounting.validate.MAX_QUOTA_LIMIT``).
+field's maximum: see ``accounting.limits.MAX_QUOTA_LIMIT``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accounting.validate import (
+from accounting.limits import (
     INT32_MAX,
     INT64_MAX,
     MAX_DEVICES_PER_CONTAINER,

@@ -12,7 +12,7 @@ import pytest
 
 from accounting.errors import InvalidInputError, Violations
 from accounting.model import Container, ContainerClass, DeviceRequest, Pod
-from accounting.validate import quote
+from accounting.quoting import quote
 from hami.accounting.v1 import scheduler_pb2
 from services.common.convert import pod_to_pb
 from services.scheduler import convert

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from accounting.errors import InvalidInputError
 from accounting.kube_node import NodeRegistration
+from accounting.limits import MAX_DEVICES_PER_CONTAINER, MAX_GRANT_SLOTS
 from accounting.model import (
     Container,
     ContainerClass,
@@ -25,7 +26,6 @@ from accounting.model import (
     PodPhase,
     QuotaItem,
 )
-from accounting.validate import MAX_DEVICES_PER_CONTAINER, MAX_GRANT_SLOTS
 from hami.accounting.v1 import admission_pb2, scheduler_pb2, types_pb2, usage_pb2
 from services.common import convert
 
