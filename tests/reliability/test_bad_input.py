@@ -151,6 +151,14 @@ def _add_status(rng: random.Random, pod: types_pb2.Pod, **fields: Any) -> None:
         setattr(status, key, value)
 
 
+def _long_duplicate_names(rng: random.Random, pairs: int) -> list[str]:
+    """Each long name twice (every pair a problem the error must name and bound): one text
+    per pair, since two texts drawn apart are the same only by chance, and a pod whose
+    pairs all differ is no malformed pod."""
+    names = [f"{long_text(rng, 100)[:300]}{pair}" for pair in range(pairs)]
+    return [name for name in names for _ in range(2)]
+
+
 TYPED_POISONS: dict[str, Poison] = {
     "empty uid": lambda rng, pod: setattr(pod, "uid", ""),
     "empty namespace": lambda rng, pod: setattr(pod, "namespace", ""),
@@ -203,9 +211,8 @@ TYPED_POISONS: dict[str, Poison] = {
     "long duplicate request vendor": lambda rng, pod: _some_container(rng, pod).requests.extend(
         [types_pb2.DeviceRequest(vendor=long_text(rng), count=1)] * 2),
     "many long problems": lambda rng, pod: pod.containers.extend(
-        types_pb2.Container(name=f"{long_text(rng, 100)[:300]}{i // 2}",
-                            container_class=types_pb2.CONTAINER_CLASS_APP)
-        for i in range(rng.randint(20, 200))),
+        types_pb2.Container(name=name, container_class=types_pb2.CONTAINER_CLASS_APP)
+        for name in _long_duplicate_names(rng, rng.randint(10, 100))),
     "annotations too big": lambda rng, pod: pod.annotations.update(
         {f"k{i}": "v" * 70_000 for i in range(4)}),
 }
