@@ -38,7 +38,7 @@ from hami.accounting.v1 import (
 )
 from services.common.convert import pod_to_pb
 from services.common.server import client_channel
-from services.scheduler.servicer import NODE_BATCH
+from services.scheduler.recorder_client import NODE_BATCH
 
 RPC_TIMEOUT_S = 30.0
 REC_NODES = 500

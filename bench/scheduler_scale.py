@@ -53,7 +53,7 @@ from bench.stats import combine_rounds, percentile, ratio
 from hami.accounting.v1 import scheduler_pb2, usage_pb2
 from services.common.server import client_channel
 from services.scheduler.node_cache import NodeCache
-from services.scheduler.servicer import RecorderClient
+from services.scheduler.recorder_client import RecorderClient
 
 NODE_STEPS = (1000, 5000)
 CALLERS = 8

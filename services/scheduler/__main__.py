@@ -32,15 +32,11 @@ from services.common.policy import RecorderPolicy
 from services.common.server import ServerHandle, build_service_server, client_channel
 from services.scheduler import allocator
 from services.scheduler.config import NODE_CACHE_MODES, NODE_CACHE_WATCH, SchedulerConfig
+from services.scheduler.metrics import METRICS_SERVICE
 from services.scheduler.node_cache import NodeCache
-from services.scheduler.servicer import (
-    METRICS_SERVICE,
-    SERVICE_NAME,
-    PodPlacer,
-    RecorderClient,
-    SchedulerServicer,
-    add_to_server,
-)
+from services.scheduler.placer import PodPlacer
+from services.scheduler.recorder_client import RecorderClient
+from services.scheduler.servicer import SERVICE_NAME, SchedulerServicer, add_to_server
 
 _LOG = logging.getLogger("services.scheduler")
 

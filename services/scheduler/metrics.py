@@ -19,6 +19,9 @@ import prometheus_client
 
 from accounting.reasons import NODE_UNREGISTERED
 
+METRICS_SERVICE = "scheduler"
+"""The ``service`` label of this daemon's metrics (services.common.metrics)."""
+
 # A Filter over a few nodes takes about a millisecond here, over 5,000 nodes 8 to 10.
 _FILTER_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 

@@ -12,10 +12,10 @@ cache keeps every namespace's quota items, so a Filter reads its quota from the 
 initial state is complete (a namespace the copy does not hold has no limit and uses nothing),
 and directly when asked (``fresh_quota``: a reservation refused, "no node fits" to confirm).
 
-``snapshot`` answers the same question as ``RecorderClient.snapshot`` (the candidates' states,
-the unregistered candidates, the namespace quota) from the copy, and reads directly with
-``GetNodeUsage`` (batched, in parallel with the quota read) only the candidates the copy cannot
-answer for:
+``candidates`` answers the same question as ``RecorderClient.snapshot`` (the candidates'
+states, the unregistered candidates, the namespace quota) from the copy, and reads directly
+with ``GetNodeUsage`` (batched, in parallel with the quota read) only the candidates the copy
+cannot answer for:
 
 * every candidate while no stream is open (before the first connection, after a failure, until
   the reconnection — with backoff — delivers events again): the cache is then off and Filter
@@ -57,7 +57,7 @@ import logging
 import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 import grpc
 
@@ -68,6 +68,7 @@ from services.common.usage_watch import UsageWatch
 from services.scheduler import convert
 from services.scheduler.holds import Holds
 from services.scheduler.node_table import Columns, NodeTable
+from services.scheduler.recorder_client import Snapshot
 
 _LOG = logging.getLogger(__name__)
 
@@ -87,8 +88,6 @@ _UNKNOWN = _Unknown.NODE
 
 _Entry = NodeState | None
 """A node's state, or None for a name the recorder does not have registered."""
-Snapshot = tuple[tuple[NodeState, ...], tuple[str, ...], QuotaContext]
-"""(registered candidates, unregistered candidates, the namespace quota), in candidate order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +113,6 @@ class Candidates:
             state: NodeState = self.columns.states[self.columns.names.index(node_name)]
             return state
         return None
-
-    def states(self) -> tuple[NodeState, ...]:
-        """Every registered candidate as a NodeState (for the reference fit)."""
-        cached = tuple(self.columns.states) if self.columns is not None else ()
-        return cached + self.others
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> Candidates:
@@ -238,59 +232,6 @@ class NodeCache:
 
     # -- reads -----------------------------------------------------------------------------------
 
-    def snapshot(
-        self,
-        node_names: Sequence[str],
-        namespace: str,
-        timeout_s: float,
-        *,
-        refresh: Collection[str] = (),
-    ) -> Snapshot:
-        """The candidates' states from the copy, the rest (and ``refresh``) read directly.
-
-        Raises:
-            DependencyUnavailableError: the recorder cannot be reached (this one reads the quota
-                directly, so this holds even when every node is cached).
-        """
-        with self._lock:
-            live = self._live
-            nodes = self._nodes
-            generation = self._generation
-            started = self._applied if self._complete else None
-        if not live:
-            return self._direct.snapshot(node_names, namespace, timeout_s)
-        get = nodes.get
-        entries: list[_Entry | Literal[_Unknown.NODE]] = [
-            get(name, _UNKNOWN) for name in node_names
-        ]
-        if refresh:
-            entries = [
-                _UNKNOWN if name in refresh else entry
-                for name, entry in zip(node_names, entries, strict=True)
-            ]
-        missing = [
-            name for name, entry in zip(node_names, entries, strict=True) if entry is _UNKNOWN
-        ]
-        read, unregistered, quota = self._direct.snapshot(missing, namespace, timeout_s)
-        if not missing:
-            states = tuple(entry for entry in entries if isinstance(entry, NodeState))
-            unknown = tuple(
-                name for name, entry in zip(node_names, entries, strict=True) if entry is None
-            )
-            return states, unknown, quota
-        self._keep(read, unregistered, generation, started)
-        by_name: dict[str, _Entry] = {node.node_name: node for node in read}
-        states_list: list[NodeState] = []
-        unknown_list: list[str] = []
-        for name, entry in zip(node_names, entries, strict=True):
-            if entry is _UNKNOWN:
-                entry = by_name.get(name)
-            if entry is None:
-                unknown_list.append(name)
-            else:
-                states_list.append(entry)
-        return tuple(states_list), tuple(unknown_list), quota
-
     def candidates(
         self,
         node_names: Sequence[str],
@@ -302,9 +243,10 @@ class NodeCache:
         holds: Holds | None = None,
         pod_uid: str = "",
     ) -> Candidates:
-        """``snapshot``'s answer, with the cached candidates as columns (a copy of their rows
-        of the node table) for the vectorized fit, and the namespace quota from the copy too
-        once the initial state is complete, unless ``fresh_quota`` asks for a direct read. A
+        """The candidates' states, the cached ones as columns (a copy of their rows of the node
+        table) for the vectorized fit, the rest (and ``refresh``) read directly; the
+        unregistered candidates; and the namespace quota, from the copy too once the initial
+        state is complete, unless ``fresh_quota`` asks for a direct read. A
         cached node with ``holds`` the copy does not show yet (other than ``pod_uid``'s) is
         handed as a NodeState with their usage added.
 

@@ -31,12 +31,8 @@ from services.scheduler.__main__ import SchedulerDaemon
 from services.scheduler.__main__ import start as start_scheduler_daemon
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.node_cache import NodeCache
-from services.scheduler.servicer import (
-    SERVICE_NAME,
-    PodPlacer,
-    SchedulerServicer,
-    add_to_server,
-)
+from services.scheduler.placer import PodPlacer
+from services.scheduler.servicer import SERVICE_NAME, SchedulerServicer, add_to_server
 from services.usage.__main__ import UsageRecorder
 from services.usage.__main__ import start as start_usage_recorder
 from services.usage.config import UsageConfig

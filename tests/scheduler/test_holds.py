@@ -22,8 +22,8 @@ from accounting.model import Device, DeviceState, DeviceUsage, Pod
 from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc
 from services.scheduler.convert import PodDevices, Reservation
 from services.scheduler.holds import Holds
-from services.scheduler.node_cache import Snapshot
-from services.scheduler.servicer import PodPlacer, RecorderClient
+from services.scheduler.placer import PodPlacer
+from services.scheduler.recorder_client import RecorderClient, Snapshot
 from tests.scheduler.conftest import NS, RPC_TIMEOUT_S, GatedCache, Recorder, free_port
 from tests.support.pods import app_container, gpu_device, kube_pod, to_json
 

@@ -32,8 +32,9 @@ from hami.accounting.v1 import (
 from services.common.config import CommonConfig
 from services.common.convert import device_to_pb
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.node_cache import NodeCache, Snapshot
-from services.scheduler.servicer import PodPlacer, RecorderClient
+from services.scheduler.node_cache import NodeCache
+from services.scheduler.placer import PodPlacer
+from services.scheduler.recorder_client import RecorderClient, Snapshot
 from services.usage.__main__ import UsageRecorder
 from services.usage.__main__ import start as start_usage_recorder
 from services.usage.config import UsageConfig

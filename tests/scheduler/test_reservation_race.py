@@ -21,10 +21,8 @@ import pytest
 from accounting.fit import NodeState, QuotaContext
 from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc, usage_pb2
 from services.scheduler.convert import Reservation
-from services.scheduler.servicer import (
-    PodPlacer,
-    RecorderClient,
-)
+from services.scheduler.placer import PodPlacer
+from services.scheduler.recorder_client import RecorderClient
 from tests.scheduler.conftest import NS, RPC_TIMEOUT_S, Recorder, StartScheduler, bound_pod
 from tests.support.pods import allocation, app_container, gpu_device, kube_pod, to_json
 

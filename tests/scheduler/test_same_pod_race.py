@@ -24,7 +24,8 @@ import pytest
 
 from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc, usage_pb2
 from services.scheduler.node_cache import Candidates, NodeCache
-from services.scheduler.servicer import PodPlacer, RecorderClient
+from services.scheduler.placer import PodPlacer
+from services.scheduler.recorder_client import RecorderClient
 from tests.scheduler.conftest import NS, RPC_TIMEOUT_S, Recorder, StartScheduler
 from tests.support.pods import app_container, gpu_device, init_container, kube_pod, to_json
 
