@@ -4,7 +4,14 @@ Layer: services/scheduler (adapter). ``accounting.fit.fit_pod`` does every compa
 ``services.scheduler.fit_kernel`` the same over the cached candidates at once); the recorder,
 through ``services.scheduler.recorder_client.RecorderClient``, stores what counts. Node usage
 comes from a ``services.scheduler.node_cache.NodeCache`` fed by WatchUsage when one is given (the
-daemon's default), else straight from GetNodeUsage.
+daemon's default), else straight from GetNodeUsage. What each ending answers is written by
+services.scheduler.answers.
+
+The Filter is a loop of attempts (``PodPlacer._attempt``), each the same steps — read, fit,
+reserve, classify the refusal — over one small state (``_RetryState``: what to read directly
+next, the candidates left out, the attempts counted); a step ends the Filter with an answer or
+hands the loop on. It is one module, a little over 600 lines, because those steps share that
+state and are read top to bottom, as one Filter runs.
 
 One Filter, step by step (HAMi's Filter; docs/design.md §2.5-2.6):
 
@@ -55,10 +62,10 @@ the recorder calls are its children through the traced client channel.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from opentelemetry import trace
 
@@ -70,7 +77,6 @@ from accounting.fit import (
     QuotaContext,
     fit_plan,
     fit_pod,
-    no_device_asked,
     placement_usage,
     pod_requests_devices,
 )
@@ -90,7 +96,7 @@ from accounting.vendors import VendorResources
 from services.common import telemetry
 from services.common.metrics import record_decision
 from services.common.policy import PolicyChangedError, check_unchanged, under_recorder_policy
-from services.scheduler import convert, fit_kernel
+from services.scheduler import answers, convert, fit_kernel
 from services.scheduler import metrics as scheduler_metrics
 from services.scheduler.config import DEFAULT_RESERVE_ATTEMPTS, DEFAULT_USAGE_TIMEOUT_MS
 from services.scheduler.convert import (
@@ -125,6 +131,49 @@ CallTimeout = Callable[[], float]
 """The deadline, in seconds, to give the next recorder call."""
 InputReader = Callable[[tuple[VendorResources, ...]], FilterInput]
 """Reads the Filter's pod (with a policy's vendors' resource names) and candidate nodes."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _FilterCall:
+    """One Filter's inputs, the same for each of its attempts."""
+
+    pod: Pod
+    node_names: Sequence[str]
+    policy: AccountingPolicy
+    timeout: CallTimeout
+    span: trace.Span
+    known: ReservationAtStart
+    """What the Filter knows of the pod's stored reservation (kept across a change of policy)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class _RetryState:
+    """What one Filter carries from an attempt to the next."""
+
+    attempts: int = 0
+    """Attempts counted so far: each one a Reserve refused for capacity or a changed node."""
+    refresh: set[str] = field(default_factory=set)
+    """Nodes to read from the recorder even when the cache has them: its copy may not show a
+    change this Filter just made or just lost a race to."""
+    fresh_quota: bool = False
+    """Whether to read the namespace quota from the recorder rather than the cache."""
+    suspects: dict[str, NodeState | None] = field(default_factory=dict)
+    """A node a Reserve refused as NodeChanged (the recorder called grants fitted on its own
+    state invalid), as it was read then: read again, a node changed since (re-registered) is
+    fitted anew; one unchanged would be refused again, so it is left out (``dropped``)."""
+    dropped: dict[str, str] = field(default_factory=dict)
+    """Candidates left out of the remaining attempts, with the reason named among the failed
+    nodes."""
+    candidates: Candidates | None = None
+    """The last candidates read."""
+    fit: FitResult | None = None
+    """The last fit computed."""
+    refused: Reservation | None = None
+    """The last Reserve refused."""
+
+    def remaining(self, node_names: Sequence[str]) -> list[str]:
+        """The candidates not left out."""
+        return [name for name in node_names if name not in self.dropped]
 
 
 class PodPlacer:
@@ -182,12 +231,12 @@ class PodPlacer:
             DependencyUnavailableError: the recorder cannot be reached.
         """
 
-        view = ReservationAtStart()
+        known = ReservationAtStart()
 
         def attempt(policy: AccountingPolicy | None) -> tuple[Pod, FilterOutcome]:
             given = read_input(policy.vendors if policy else ())
             return given.pod, self._place_under(
-                given.pod, given.node_names, call_timeout, policy, view
+                given.pod, given.node_names, call_timeout, policy, known
             )
 
         return under_recorder_policy(self._policy, asks_for_devices, attempt)
@@ -198,13 +247,25 @@ class PodPlacer:
         node_names: Sequence[str],
         call_timeout: CallTimeout | None,
         policy: AccountingPolicy | None,
-        view: ReservationAtStart,
+        known: ReservationAtStart,
     ) -> FilterOutcome:
         started_s = time.perf_counter()
         timeout = call_timeout or (lambda: self.usage_timeout_s)
         attributes = {"node_count": len(node_names)}
         with telemetry.pod_span(self._tracer, SPAN_NAME, pod, attributes=attributes) as span:
-            outcome = self._place(pod, node_names, timeout, span, policy, view)
+            if policy is None or not pod_requests_devices(pod, vendors=policy.vendors):
+                outcome = answers.pass_through(pod, policy.policy_id if policy else "")
+            else:
+                outcome = self._place(
+                    _FilterCall(
+                        pod=pod,
+                        node_names=node_names,
+                        policy=policy,
+                        timeout=timeout,
+                        span=span,
+                        known=known,
+                    )
+                )
             telemetry.set_attributes(
                 span,
                 {
@@ -232,21 +293,245 @@ class PodPlacer:
         scheduler_metrics.observe_filter(decision, time.perf_counter() - started_s)
         return outcome
 
-    def _snapshot(
-        self,
-        node_names: Sequence[str],
-        namespace: str,
-        timeout_s: float,
-        refresh: Collection[str],
-        fresh_quota: bool,
-        pod_uid: str,
-    ) -> Candidates:
-        if self._node_cache is None:
-            return Candidates.of(self._recorder.snapshot(node_names, namespace, timeout_s))
-        return self._node_cache.candidates(
-            node_names, namespace, timeout_s, refresh=refresh, fresh_quota=fresh_quota,
-            holds=self._holds, pod_uid=pod_uid,
+    # -- the attempts ----------------------------------------------------------------------------
+
+    def _place(self, call: _FilterCall) -> FilterOutcome:
+        """Attempts until one ends the Filter or ``reserve_attempts`` Reserves were refused."""
+        if self._node_cache is None or not self._node_cache.live:
+            # Read directly: what is stored for the pod is read beside the nodes.
+            self._start_reading_stored(call)
+        state = _RetryState()
+        while state.attempts < self._attempts:
+            remaining = state.remaining(call.node_names)
+            if not remaining:
+                break
+            outcome = self._attempt(call, remaining, state)
+            if outcome is not None:
+                return outcome
+        assert state.fit is not None and state.refused is not None
+        assert state.candidates is not None
+        return answers.out_of_attempts(
+            state.fit,
+            state.refused,
+            node_names=call.node_names,
+            unknown=state.candidates.unknown,
+            dropped=state.dropped,
+            attempts=state.attempts,
+            reserve_attempts=self._attempts,
+            policy_id=call.policy.policy_id,
         )
+
+    def _attempt(
+        self, call: _FilterCall, remaining: Sequence[str], state: _RetryState
+    ) -> FilterOutcome | None:
+        """One attempt: read, fit, reserve, classify the refusal. None: go on (``state`` says
+        what to read; it counts an attempt only once a Reserve was refused)."""
+        candidates = self._read_step(call, remaining, state)
+        if candidates is None:
+            return None
+        attempt = state.attempts + 1
+        candidates, fit = self._fit_step(call, remaining, candidates, state)
+        if fit.node_name is None:
+            if self._own_reservation_in_the_way(call):
+                return None
+            return self._no_fit(call, fit, candidates.unknown, attempt, state.dropped)
+        reservation = self._reserve(call, fit, held=candidates.revision is not None)
+        if reservation.reason == POLICY_CHANGED:
+            # The recorder restarted under another policy since the Filter read it.
+            raise PolicyChangedError("")
+        if reservation.reserved:
+            return answers.scheduled(
+                fit,
+                reservation,
+                unknown=candidates.unknown,
+                attempts=attempt,
+                annotations=convert.hami_annotations(
+                    fit.grants,
+                    fit.node_name,
+                    int(self._clock()),
+                    specs=call.policy.specs,
+                    devices=_devices_of(candidates, fit.node_name),
+                    pod=call.pod,
+                ),
+                policy_id=call.policy.policy_id,
+            )
+        return self._refused(call, fit, candidates, reservation, attempt, state)
+
+    def _read_step(
+        self, call: _FilterCall, remaining: Sequence[str], state: _RetryState
+    ) -> Candidates | None:
+        """The candidates to fit, or None when what was read must be read again first."""
+        candidates = self._read(call, remaining, state)
+        unchanged = [n for n, was in state.suspects.items() if candidates.state_of(n) == was]
+        state.suspects.clear()
+        if unchanged:
+            state.dropped.update(dict.fromkeys(unchanged, NODE_CHANGED))
+            return None  # read again without them
+        if candidates.revision is None:
+            self._start_reading_stored(call)
+        else:
+            call.known.saw(candidates.revision)
+        stored = call.known.stored()
+        if stored is not None and stored.node_name and stored.node_name not in state.refresh:
+            # A re-filter: the pod's own reservation must not count against it. Its node is
+            # read directly, and fitted without it.
+            state.refresh.add(stored.node_name)
+            call.span.add_event("re-filter: the pod's own reservation does not count against it")
+            return None
+        return candidates
+
+    def _fit_step(
+        self,
+        call: _FilterCall,
+        remaining: Sequence[str],
+        candidates: Candidates,
+        state: _RetryState,
+    ) -> tuple[Candidates, FitResult]:
+        """The fit over the candidates; a "no node fits" over the cache is confirmed with
+        direct reads (the candidates then read are returned)."""
+        stored = call.known.stored()
+        fit = self._fit(call.pod, candidates, call.policy, stored)
+        if (
+            fit.node_name is None
+            and candidates.revision is not None
+            and not (state.refresh.issuperset(remaining) and state.fresh_quota)
+        ):
+            # The cache may lag a release acknowledged a moment ago (no read-your-writes).
+            state.refresh.update(remaining)
+            state.fresh_quota = True
+            candidates = self._read(call, remaining, state)
+            fit = self._fit(call.pod, candidates, call.policy, stored)
+        state.fit = fit
+        return candidates, fit
+
+    def _own_reservation_in_the_way(self, call: _FilterCall) -> bool:
+        """No node fits, and the Filter has not read what is stored for the pod yet (the
+        optimistic path): reads it, and tells whether it is the pod's own reservation that
+        stands in its way (then the Filter reads again, and fits without it)."""
+        known = call.known
+        if known.known():
+            return False
+        known.learn(self._recorder.stored(call.pod.uid, call.timeout()))
+        own = known.stored()
+        return own is not None and known.own(own)
+
+    def _refused(
+        self,
+        call: _FilterCall,
+        fit: FitResult,
+        candidates: Candidates,
+        reservation: Reservation,
+        attempt: int,
+        state: _RetryState,
+    ) -> FilterOutcome | None:
+        """Classifies a refused Reserve: the pod's own reservation stated wrongly (place again
+        without it), a rival Filter of the pod or its deletion (the answer), or capacity
+        taken or the node changed (another attempt, counted, with the node read directly)."""
+        assert fit.node_name is not None
+        known = call.known
+        if reservation.reason == RESERVATION_CHANGED and not known.known():
+            # The optimistic path stated "nothing stored". What is stored was in the cache this
+            # Filter read (the pod's own earlier reservation: a re-filter, placed again without
+            # it), or came later (a rival Filter: it stands).
+            found = StoredReservation(
+                reservation.stored_node_name, reservation.stored, reservation.stored_revision
+            )
+            known.learn(found if reservation.stored_revision else None)
+            if known.own(found):
+                return None
+        if reservation.reason in (RESERVATION_CHANGED, POD_FORGOTTEN):
+            return answers.lost(
+                call.pod,
+                fit,
+                reservation,
+                unknown=candidates.unknown,
+                attempts=attempt,
+                policy_id=call.policy.policy_id,
+            )
+        state.attempts = attempt
+        state.refused = reservation
+        state.refresh.add(fit.node_name)
+        state.fresh_quota = True
+        if reservation.reason == NODE_CHANGED:
+            state.suspects[fit.node_name] = candidates.state_of(fit.node_name)
+        call.span.add_event(
+            "reservation refused",
+            {
+                "hami.accounting.node": fit.node_name,
+                "hami.accounting.reason": reservation.reason,
+                "hami.accounting.attempt": attempt,
+            },
+        )
+        _LOG.info(
+            "reservation of pod %s on %s refused (%s), attempt %d of %d: %s",
+            call.pod.key, fit.node_name, reservation.reason, attempt, self._attempts,
+            reservation.message,
+            extra={"pod_uid": call.pod.uid, "node": fit.node_name},
+        )
+        return None
+
+    def _no_fit(
+        self,
+        call: _FilterCall,
+        fit: FitResult,
+        unknown: tuple[str, ...],
+        attempt: int,
+        dropped: Mapping[str, str],
+    ) -> FilterOutcome:
+        """No node fits. A re-filter releases the pod's reservation, so the pod holds nothing
+        (HAMi's re-filter released it before fitting); a Filter that read nothing stored
+        checks that no other Filter for the pod placed it meanwhile. Either way, when another
+        Filter's placement is stored, that answer stands and this one says so."""
+        pod, known, policy_id = call.pod, call.known, call.policy.policy_id
+        stored = known.stored()
+        refusal: Reservation | None = None
+        if stored is not None and known.own(stored):
+            released = self._recorder.release(pod.uid, stored.revision, call.timeout())
+            if released.reason == RESERVATION_CHANGED:
+                refusal = Reservation(
+                    reserved=False, reason=released.reason, message=released.message
+                )
+        else:
+            now = stored if stored is not None else self._recorder.stored(pod.uid, call.timeout())
+            if now is not None:
+                refusal = answers.rival_stored(pod, now)
+        if refusal is not None:
+            return answers.lost(
+                pod, fit, refusal, unknown=unknown, attempts=attempt, policy_id=policy_id
+            )
+        return answers.no_node_fits(
+            fit,
+            candidates=len(call.node_names),
+            unknown=unknown,
+            dropped=dropped,
+            attempts=attempt,
+            policy_id=policy_id,
+        )
+
+    # -- read, fit, reserve ----------------------------------------------------------------------
+
+    def _start_reading_stored(self, call: _FilterCall) -> None:
+        """Starts reading what is stored for the pod, unless known or under way."""
+        call.known.begin(lambda: self._recorder.stored_later(call.pod.uid, call.timeout()))
+
+    def _read(
+        self, call: _FilterCall, node_names: Sequence[str], state: _RetryState
+    ) -> Candidates:
+        """The candidates (``state`` says what to read directly); raises
+        ``PolicyChangedError`` when the recorder answered the read under another policy than
+        the one the Filter runs under."""
+        timeout_s = call.timeout()
+        namespace = call.pod.namespace
+        if self._node_cache is None:
+            candidates = Candidates.of(self._recorder.snapshot(node_names, namespace, timeout_s))
+        else:
+            candidates = self._node_cache.candidates(
+                node_names, namespace, timeout_s, refresh=state.refresh,
+                fresh_quota=state.fresh_quota, holds=self._holds, pod_uid=call.pod.uid,
+            )
+        state.candidates = candidates
+        check_unchanged(self._policy, call.policy)
+        return candidates
 
     def _fit(
         self,
@@ -296,220 +581,24 @@ class PodPlacer:
             quota=quota,
         )
 
-    def _read(
-        self,
-        node_names: Sequence[str],
-        namespace: str,
-        timeout_s: float,
-        refresh: Collection[str],
-        policy: AccountingPolicy,
-        fresh_quota: bool = False,
-        pod_uid: str = "",
-    ) -> Candidates:
-        """The candidates; raises ``PolicyChangedError`` when the recorder answered the read
-        under another policy than the one the Filter runs under."""
-        candidates = self._snapshot(
-            node_names, namespace, timeout_s, refresh, fresh_quota, pod_uid
-        )
-        check_unchanged(self._policy, policy)
-        return candidates
-
-    def _place(
-        self,
-        pod: Pod,
-        node_names: Sequence[str],
-        timeout: CallTimeout,
-        span: trace.Span,
-        policy: AccountingPolicy | None,
-        view: ReservationAtStart,
-    ) -> FilterOutcome:
-        if policy is None or not pod_requests_devices(pod, vendors=policy.vendors):
-            pass_through = no_device_asked(pod)
-            return FilterOutcome(
-                pass_through,
-                NO_GPU_REQUEST,
-                f"{pass_through.message}; the extender keeps every candidate node",
-                policy_id=policy.policy_id if policy else "",
-            )
-        cached = self._node_cache is not None and self._node_cache.live
-        if not cached:
-            # Read directly: what is stored for the pod is read beside the nodes.
-            view.begin(lambda: self._recorder.stored_later(pod.uid, timeout()))
-        # Nodes to read from the recorder even when the cache has them: its copy may not show
-        # a change this Filter just made or just lost a race to.
-        refresh: set[str] = set()
-        fresh_quota = False
-        refused: Reservation | None = None
-        fit: FitResult | None = None
-        candidates: Candidates | None = None
-        # A Reserve refused as NodeChanged (the recorder called grants fitted on its own state
-        # invalid) is a node read again: changed since (re-registered), it is fitted anew;
-        # unchanged, the same fit would be refused again, so the node is left out of the
-        # remaining attempts and named among the failed nodes.
-        suspects: dict[str, NodeState | None] = {}
-        dropped: dict[str, str] = {}
-        attempt = 0
-        while attempt < self._attempts:
-            remaining = [name for name in node_names if name not in dropped]
-            if not remaining:
-                break
-            candidates = self._read(
-                remaining, pod.namespace, timeout(), refresh, policy, fresh_quota, pod.uid
-            )
-            unchanged = [n for n, was in suspects.items() if candidates.state_of(n) == was]
-            suspects.clear()
-            if unchanged:
-                dropped.update(dict.fromkeys(unchanged, NODE_CHANGED))
-                continue  # read again without them
-            if candidates.revision is None:
-                view.begin(lambda: self._recorder.stored_later(pod.uid, timeout()))
-            else:
-                view.saw(candidates.revision)
-            stored = view.stored()
-            if stored is not None and stored.node_name and stored.node_name not in refresh:
-                # A re-filter: the pod's own reservation must not count against it. Its node
-                # is read directly, and fitted without it.
-                refresh.add(stored.node_name)
-                span.add_event("re-filter: the pod's own reservation does not count against it")
-                continue
-            attempt += 1
-            fit = self._fit(pod, candidates, policy, stored)
-            if (
-                fit.node_name is None
-                and candidates.revision is not None
-                and not (refresh.issuperset(remaining) and fresh_quota)
-            ):
-                # The cache may lag a release acknowledged a moment ago (no read-your-writes):
-                # confirm "no node fits" with direct reads before answering it.
-                refresh.update(remaining)
-                fresh_quota = True
-                candidates = self._read(
-                    remaining, pod.namespace, timeout(), refresh, policy, fresh_quota, pod.uid
-                )
-                fit = self._fit(pod, candidates, policy, stored)
-            if fit.node_name is None:
-                if not view.known():
-                    # Not read yet (the optimistic path): is the pod's own reservation what
-                    # stands in its way?
-                    view.learn(self._recorder.stored(pod.uid, timeout()))
-                    own = view.stored()
-                    if own is not None and view.own(own):
-                        attempt -= 1
-                        continue
-                return self._no_fit(
-                    pod, node_names, fit, candidates.unknown, attempt, policy, view, timeout,
-                    dropped,
-                )
-            reservation = self._reserve(
-                pod, fit, policy, view.replaces(), timeout, held=candidates.revision is not None
-            )
-            if reservation.reason == POLICY_CHANGED:
-                # The recorder restarted under another policy since the Filter read it.
-                raise PolicyChangedError("")
-            if reservation.reserved:
-                message = fit.message
-                if candidates.unknown:
-                    message += f"; {len(candidates.unknown)} candidate(s) unregistered"
-                return FilterOutcome(
-                    fit,
-                    SCHEDULED,
-                    message,
-                    candidates.unknown,
-                    reservation,
-                    attempt,
-                    convert.hami_annotations(
-                        fit.grants,
-                        fit.node_name,
-                        int(self._clock()),
-                        specs=policy.specs,
-                        devices=_devices_of(candidates, fit.node_name),
-                        pod=pod,
-                    ),
-                    policy.policy_id,
-                )
-            if reservation.reason == RESERVATION_CHANGED and not view.known():
-                # The optimistic path stated "nothing stored". What is stored was in the
-                # cache this Filter read (the pod's own earlier reservation: a re-filter,
-                # placed again without it), or came later (a rival Filter: it stands).
-                found = StoredReservation(
-                    reservation.stored_node_name, reservation.stored, reservation.stored_revision
-                )
-                view.learn(found if reservation.stored_revision else None)
-                if view.own(found):
-                    attempt -= 1
-                    continue
-            if reservation.reason in (RESERVATION_CHANGED, POD_FORGOTTEN):
-                return self._lost(pod, fit, candidates.unknown, attempt, policy, reservation)
-            refused = reservation
-            refresh.add(fit.node_name)
-            fresh_quota = True
-            if reservation.reason == NODE_CHANGED:
-                suspects[fit.node_name] = candidates.state_of(fit.node_name)
-            span.add_event(
-                "reservation refused",
-                {
-                    "hami.accounting.node": fit.node_name,
-                    "hami.accounting.reason": reservation.reason,
-                    "hami.accounting.attempt": attempt,
-                },
-            )
-            _LOG.info(
-                "reservation of pod %s on %s refused (%s), attempt %d of %d: %s",
-                pod.key, fit.node_name, reservation.reason, attempt, self._attempts,
-                reservation.message,
-                extra={"pod_uid": pod.uid, "node": fit.node_name},
-            )
-        assert fit is not None and refused is not None
-        if candidates is None or len(dropped) == len(set(node_names)):
-            # Every candidate changed under this Filter: no node fits now (the extender asks
-            # again later, on what the nodes are then), and no rival is to blame.
-            failed = dict(sorted(dropped.items()))
-            message = (
-                convert.no_fit_message(len(node_names), failed)
-                + f"; last refusal on {fit.node_name}: {refused.message}"
-            )
-            return FilterOutcome(
-                FitResult(None, (), failed, {}, NO_NODE_FITS, message),
-                NO_NODE_FITS,
-                message,
-                attempts=attempt,
-                policy_id=policy.policy_id,
-            )
-        return FilterOutcome(
-            fit,
-            RESERVATION_CONFLICT,
-            f"another scheduler took the capacity first {self._attempts} time(s) in a row; "
-            f"last refusal on {fit.node_name}: {refused.reason}: {refused.message}",
-            candidates.unknown,
-            refused,
-            self._attempts,
-            policy_id=policy.policy_id,
-        )
-
-    def _reserve(
-        self,
-        pod: Pod,
-        fit: FitResult,
-        policy: AccountingPolicy,
-        replaces: int,
-        timeout: CallTimeout,
-        *,
-        held: bool,
-    ) -> Reservation:
-        """Reserve; with ``held`` (the Filter read the cache, which then lets holds go as it
-        catches up), the placement is held meanwhile, and after until the cache shows it, for
-        the replica's other Filters (services.scheduler.holds)."""
+    def _reserve(self, call: _FilterCall, fit: FitResult, *, held: bool) -> Reservation:
+        """Reserve, in place of the reservation the Filter knows of; with ``held`` (the Filter
+        read the cache, which then lets holds go as it catches up), the placement is held
+        meanwhile, and after until the cache shows it, for the replica's other Filters
+        (services.scheduler.holds)."""
         assert fit.node_name is not None
+        pod, node_name = call.pod, fit.node_name
+        replaces = call.known.replaces()
         if not held:
             return self._recorder.reserve(
-                pod, fit.node_name, fit.grants, policy.policy_id, timeout(),
+                pod, node_name, fit.grants, call.policy.policy_id, call.timeout(),
                 replaces_revision=replaces,
             )
-        key = self._holds.hold(pod.uid, fit.node_name, placement_usage(pod, fit.grants))
+        key = self._holds.hold(pod.uid, node_name, placement_usage(pod, fit.grants))
         reservation: Reservation | None = None
         try:
             reservation = self._recorder.reserve(
-                pod, fit.node_name, fit.grants, policy.policy_id, timeout(),
+                pod, node_name, fit.grants, call.policy.policy_id, call.timeout(),
                 replaces_revision=replaces,
             )
             return reservation
@@ -518,94 +607,6 @@ class PodPlacer:
                 self._holds.reserved(key, reservation.revision)
             else:
                 self._holds.drop(key)
-
-    def _no_fit(
-        self,
-        pod: Pod,
-        node_names: Sequence[str],
-        fit: FitResult,
-        unknown: tuple[str, ...],
-        attempt: int,
-        policy: AccountingPolicy,
-        view: ReservationAtStart,
-        timeout: CallTimeout,
-        dropped: Mapping[str, str] | None = None,
-    ) -> FilterOutcome:
-        """No node fits (``dropped``: candidates left out after a refusal, with its reason).
-        A re-filter releases the pod's reservation, so the pod holds nothing
-        (HAMi's re-filter released it before fitting); a Filter that read nothing stored
-        checks that no other Filter for the pod placed it meanwhile. Either way, when another
-        Filter's placement is stored, that answer stands and this one says so."""
-        stored = view.stored()
-        if stored is not None and view.own(stored):
-            released = self._recorder.release(pod.uid, stored.revision, timeout())
-            if released.reason == RESERVATION_CHANGED:
-                return self._lost(
-                    pod, fit, unknown, attempt, policy,
-                    Reservation(False, released.reason, released.message),
-                )
-        else:
-            now = stored if stored is not None else self._recorder.stored(pod.uid, timeout())
-            if now is not None:
-                return self._lost(
-                    pod, fit, unknown, attempt, policy,
-                    Reservation(
-                        False,
-                        RESERVATION_CHANGED,
-                        f"pod {pod.uid} was read with nothing stored and is now stored on "
-                        f"{now.node_name}: another Filter for the same pod placed it "
-                        "meanwhile, and that stands",
-                        now.usage,
-                        now.node_name,
-                    ),
-                )
-        failed = convert.failed_nodes(fit, unknown)
-        if dropped:
-            failed = dict(sorted({**failed, **dropped}.items()))
-            fit = dataclasses.replace(fit, failed_nodes=failed)
-        return FilterOutcome(
-            fit,
-            NO_NODE_FITS,
-            convert.no_fit_message(len(node_names), failed),
-            unknown,
-            attempts=attempt,
-            policy_id=policy.policy_id,
-        )
-
-    def _lost(
-        self,
-        pod: Pod,
-        fit: FitResult,
-        unknown: tuple[str, ...],
-        attempt: int,
-        policy: AccountingPolicy,
-        refusal: Reservation,
-    ) -> FilterOutcome:
-        """This Filter reserves nothing: the pod was deleted meanwhile (PodForgotten), or
-        another Filter for the same pod (on another scheduler replica) stored its placement
-        first (ReservationConflict), and that placement is the one that stands."""
-        if refusal.reason == POD_FORGOTTEN:
-            return FilterOutcome(
-                fit,
-                POD_FORGOTTEN,
-                f"pod {pod.key} was deleted while it was being placed: nothing reserved "
-                f"({refusal.reason}: {refusal.message})",
-                unknown,
-                refusal,
-                attempt,
-                policy_id=policy.policy_id,
-            )
-        where = f" on {refusal.stored_node_name}" if refusal.stored_node_name else ""
-        return FilterOutcome(
-            fit,
-            RESERVATION_CONFLICT,
-            f"another Filter for pod {pod.key} placed it{where} at the same moment; its "
-            f"placement stands and this answer reserves nothing ({refusal.message})",
-            unknown,
-            refusal,
-            attempt,
-            policy_id=policy.policy_id,
-        )
 
 
 def _devices_of(candidates: Candidates, node_name: str) -> dict[str, Device]:
