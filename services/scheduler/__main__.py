@@ -42,7 +42,7 @@ _LOG = logging.getLogger("services.scheduler")
 
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class SchedulerDaemon:
     """A started scheduler daemon; ``stop`` ends its server and its recorder channel."""
 
@@ -124,7 +124,14 @@ def start(
         node_cache.start()
         cache = node_cache
         metrics.bind_cache_synced(METRICS_SERVICE, lambda: cache.complete)
-    return SchedulerDaemon(config, handle, placer, recorder, tracer_provider, node_cache)
+    return SchedulerDaemon(
+        config=config,
+        handle=handle,
+        placer=placer,
+        recorder=recorder,
+        tracer_provider=tracer_provider,
+        node_cache=node_cache,
+    )
 
 
 # -- command line ------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ NODE_CACHE_WATCH = "watch"
 NODE_CACHE_MODES = (NODE_CACHE_OFF, NODE_CACHE_WATCH)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
     """Everything the scheduler daemon reads at start."""
 

@@ -36,7 +36,7 @@ PodDevices = tuple[tuple[DeviceGrant, ...], ...]
 """Grants per container position."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FilterInput:
     """Filter's request, validated: the pod and its candidate nodes (duplicates dropped)."""
 
@@ -44,7 +44,7 @@ class FilterInput:
     node_names: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Reservation:
     """The recorder's answer to Reserve."""
 
@@ -60,7 +60,7 @@ class Reservation:
     """The recorder's revision once the call's change is visible to WatchUsage."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StoredReservation:
     """What the recorder stores for a pod, as a Filter reads it before placing the pod."""
 
@@ -70,7 +70,7 @@ class StoredReservation:
     """What a Reserve or a release states it replaces."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Released:
     """The recorder's answer to ReleaseReservation."""
 
@@ -79,7 +79,7 @@ class Released:
     message: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FilterOutcome:
     """What one Filter decided, ready to be written as a FilterResponse."""
 
@@ -149,7 +149,7 @@ def filter_input(
     node_names = (names or NodeNameReader()).read(found, request.node_names)
     found.raise_if_any()
     assert pod is not None
-    return FilterInput(pod, node_names)
+    return FilterInput(pod=pod, node_names=node_names)
 
 
 def _node_names(found: Violations, given: list[str]) -> tuple[str, ...]:
@@ -266,14 +266,16 @@ def stored_reservation(response: usage_pb2.GetPodUsageResponse) -> StoredReserva
     if not response.found:
         return None
     return StoredReservation(
-        response.node_name,
-        tuple(common.usage_from_pb(usage) for usage in response.stored),
-        response.stored_revision,
+        node_name=response.node_name,
+        usage=tuple(common.usage_from_pb(usage) for usage in response.stored),
+        revision=response.stored_revision,
     )
 
 
 def released_from_pb(response: usage_pb2.ReleaseReservationResponse) -> Released:
-    return Released(response.released, response.reason, response.message)
+    return Released(
+        released=response.released, reason=response.reason, message=response.message
+    )
 
 
 # -- the Filter response -----------------------------------------------------------------------

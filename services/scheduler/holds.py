@@ -35,7 +35,7 @@ DEFAULT_MAX_AGE_S = 10.0
 that a hold whose revision never shows stops shaping fits soon."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Hold:
     pod_uid: str
     node_name: str
@@ -71,7 +71,9 @@ class Holds:
         hold's key (two Filters of one pod each have their own)."""
         with self._lock:
             key = next(self._keys)
-            self._held[key] = Hold(pod_uid, node_name, tuple(usage), self._clock())
+            self._held[key] = Hold(
+                pod_uid=pod_uid, node_name=node_name, usage=tuple(usage), since_s=self._clock()
+            )
             return key
 
     def reserved(self, key: int, revision: int) -> None:
@@ -80,7 +82,11 @@ class Holds:
             held = self._held.get(key)
             if held is not None:
                 self._held[key] = Hold(
-                    held.pod_uid, held.node_name, held.usage, held.since_s, revision
+                    pod_uid=held.pod_uid,
+                    node_name=held.node_name,
+                    usage=held.usage,
+                    since_s=held.since_s,
+                    revision=revision,
                 )
 
     def drop(self, key: int) -> None:

@@ -90,7 +90,7 @@ _Entry = NodeState | None
 """A node's state, or None for a name the recorder does not have registered."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Candidates:
     """A Filter's candidates: those the cache holds, as columns for the vectorized fit, and
     those read directly, as NodeStates; the unregistered ones; the namespace quota."""
@@ -118,7 +118,7 @@ class Candidates:
     def of(cls, snapshot: Snapshot) -> Candidates:
         """A snapshot read directly."""
         nodes, unknown, quota = snapshot
-        return cls(None, nodes, unknown, quota)
+        return cls(columns=None, others=nodes, unknown=unknown, quota=quota)
 
 
 _NO_QUOTA = QuotaContext({})
@@ -294,7 +294,11 @@ class NodeCache:
         if to_read:
             self._keep(read, not_registered, generation, started)
         return Candidates(
-            columns, (*adjusted, *read), (*unregistered, *not_registered), quota, revision
+            columns=columns,
+            others=(*adjusted, *read),
+            unknown=(*unregistered, *not_registered),
+            quota=quota,
+            revision=revision,
         )
 
     def _keep(

@@ -233,13 +233,13 @@ class PodPlacer:
 
         known = ReservationAtStart()
 
-        def attempt(policy: AccountingPolicy | None) -> tuple[Pod, FilterOutcome]:
+        def placed_under(policy: AccountingPolicy | None) -> tuple[Pod, FilterOutcome]:
             given = read_input(policy.vendors if policy else ())
             return given.pod, self._place_under(
                 given.pod, given.node_names, call_timeout, policy, known
             )
 
-        return under_recorder_policy(self._policy, asks_for_devices, attempt)
+        return under_recorder_policy(self._policy, asks_for_devices, placed_under)
 
     def _place_under(
         self,
@@ -434,7 +434,9 @@ class PodPlacer:
             # Filter read (the pod's own earlier reservation: a re-filter, placed again without
             # it), or came later (a rival Filter: it stands).
             found = StoredReservation(
-                reservation.stored_node_name, reservation.stored, reservation.stored_revision
+                node_name=reservation.stored_node_name,
+                usage=reservation.stored,
+                revision=reservation.stored_revision,
             )
             known.learn(found if reservation.stored_revision else None)
             if known.own(found):

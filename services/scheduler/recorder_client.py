@@ -175,6 +175,8 @@ class RecorderClient:
             # or its inventory replaced). That is a lost race, refused like any other so the
             # node is read again, not an error blaming the caller's pod.
             return Reservation(
-                False, NODE_CHANGED, f"the recorder refused the grants: {error.details()}"
+                reserved=False,
+                reason=NODE_CHANGED,
+                message=f"the recorder refused the grants: {error.details()}",
             )
         return convert.reservation_from_pb(response)

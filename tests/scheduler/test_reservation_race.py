@@ -194,7 +194,11 @@ class RefusingRecorder(RecorderClient):
     def reserve(self, pod: Any, node_name: str, *args: Any, **kwargs: Any) -> Reservation:
         self.reserves[node_name] = self.reserves.get(node_name, 0) + 1
         if node_name in self._refuse:
-            return Reservation(False, "NodeChanged", "the recorder refused the grants: invalid")
+            return Reservation(
+                reserved=False,
+                reason="NodeChanged",
+                message="the recorder refused the grants: invalid",
+            )
         return super().reserve(pod, node_name, *args, **kwargs)
 
 
