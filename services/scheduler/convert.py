@@ -20,7 +20,7 @@ from accounting.model import Device, DeviceGrant, DeviceUsage, Pod
 from accounting.quoting import quote
 from accounting.reasons import NODE_UNREGISTERED
 from accounting.vendor_spec import VendorSpec
-from accounting.vendors import NVIDIA_RESOURCES, NVIDIA_SPEC, VendorResources
+from accounting.vendors import VendorResources
 from hami.accounting.v1 import scheduler_pb2, types_pb2, usage_pb2
 from services.common import convert as common
 from services.scheduler.fit_kernel import ColumnScores
@@ -129,11 +129,13 @@ class NodeNameReader:
 
 def filter_input(
     request: scheduler_pb2.FilterRequest,
-    vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
+    *,
+    vendors: Sequence[VendorResources],
     names: NodeNameReader | None = None,
 ) -> FilterInput:
-    """Validates and converts Filter's request; ``names`` reads the node names (a fresh one
-    by default; the servicer keeps one across Filters).
+    """Validates and converts Filter's request, the pod read with ``vendors``' resource names;
+    ``names`` reads the node names (a fresh one by default; the servicer keeps one across
+    Filters).
 
     Raises:
         InvalidInputError: every problem with the pod and the node names at once, e.g.
@@ -286,7 +288,7 @@ def hami_annotations(
     node_name: str,
     unix_s: int,
     *,
-    specs: Sequence[VendorSpec] = (NVIDIA_SPEC,),
+    specs: Sequence[VendorSpec],
     devices: Mapping[str, Device] | None = None,
     pod: Pod | None = None,
 ) -> dict[str, str]:

@@ -47,7 +47,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self, request: scheduler_pb2.FilterRequest, context: grpc.ServicerContext
     ) -> bytes:
         pod, outcome = self._placer.place_request(
-            lambda vendors: convert.filter_input(request, vendors, self._node_names),
+            lambda vendors: convert.filter_input(
+                request, vendors=vendors, names=self._node_names
+            ),
             lambda: common.pod_source_asks_for_devices(request),
             _call_timeout(context, self._placer.usage_timeout_s),
         )

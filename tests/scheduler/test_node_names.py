@@ -13,6 +13,7 @@ import pytest
 from accounting.errors import InvalidInputError, Violations
 from accounting.model import Container, ContainerClass, DeviceRequest, Pod
 from accounting.quoting import quote
+from accounting.vendors import NVIDIA_RESOURCES
 from hami.accounting.v1 import scheduler_pb2
 from services.common.convert import pod_to_pb
 from services.scheduler import convert
@@ -33,6 +34,8 @@ POD = pod_to_pb(
     Pod("uid-1", "team-a", "p",
         (Container("c", ContainerClass.APP, (DeviceRequest("NVIDIA", 1),)),))
 )
+VENDORS = (NVIDIA_RESOURCES,)
+"""The vendors Filter reads the pod with (the recorder's default policy)."""
 
 
 def read(reader: convert.NodeNameReader, names: list[str]) -> tuple[tuple[str, ...], list[str]]:
@@ -69,10 +72,10 @@ def test_a_repeated_valid_list_gets_the_same_names_and_an_invalid_one_its_errors
 def test_filter_input_reports_pod_and_name_problems_together_with_a_kept_reader() -> None:
     reader = convert.NodeNameReader()
     good = scheduler_pb2.FilterRequest(pod=POD, node_names=["node-a", "node-a"])
-    assert convert.filter_input(good, names=reader).node_names == ("node-a",)
+    assert convert.filter_input(good, vendors=VENDORS, names=reader).node_names == ("node-a",)
 
     bad = scheduler_pb2.FilterRequest(node_names=["node-a", "node-a"])  # no pod
     with pytest.raises(InvalidInputError) as raised:
-        convert.filter_input(bad, names=reader)
+        convert.filter_input(bad, vendors=VENDORS, names=reader)
     assert not any(v.path.startswith("node_names") for v in raised.value.violations)
-    assert convert.filter_input(good, names=reader).node_names == ("node-a",)
+    assert convert.filter_input(good, vendors=VENDORS, names=reader).node_names == ("node-a",)
