@@ -4,7 +4,8 @@ Layer: services/scheduler. Stateless; node usage and namespace quota come from t
 recorder (node usage through a copy fed by its WatchUsage stream, by default), the fit is
 ``accounting.fit.fit_pod``, and a placement only counts once the recorder's ``Reserve`` has
 stored it. ``servicer`` (gRPC ``Scheduler.Filter``), ``placer`` (one Filter: read, fit,
-reserve), ``answers`` (what each ending of a Filter says), ``recorder_client`` (the calls to
-the recorder), ``node_cache`` (the WatchUsage-fed node states), ``convert`` (protobuf <->
-domain, HAMi annotations), ``config`` and ``__main__`` (config -> server).
+reserve), ``answers`` (what each ending of a Filter says), ``candidate_fit`` (the kernel or the
+reference fit over the candidates), ``recorder_client`` (the calls to the recorder),
+``node_cache`` (the WatchUsage-fed node states), ``convert`` (protobuf <-> domain, HAMi
+annotations), ``config`` and ``__main__`` (config -> server).
 """

@@ -1,8 +1,9 @@
 """One Filter: read, fit, reserve, classify the refusal (``PodPlacer``); no business rules.
 
 Layer: services/scheduler (adapter). ``accounting.fit.fit_pod`` does every comparison (and
-``services.scheduler.fit_kernel`` the same over the cached candidates at once); the recorder,
-through ``services.scheduler.recorder_client.RecorderClient``, stores what counts. Node usage
+``services.scheduler.fit_kernel`` the same over the cached candidates at once; which one where
+is services.scheduler.candidate_fit); the recorder, through
+``services.scheduler.recorder_client.RecorderClient``, stores what counts. Node usage
 comes from a ``services.scheduler.node_cache.NodeCache`` fed by WatchUsage when one is given (the
 daemon's default), else straight from GetNodeUsage. What each ending answers is written by
 services.scheduler.answers.
@@ -10,8 +11,7 @@ services.scheduler.answers.
 The Filter is a loop of attempts (``PodPlacer._attempt``), each the same steps — read, fit,
 reserve, classify the refusal — over one small state (``_RetryState``: what to read directly
 next, the candidates left out, the attempts counted); a step ends the Filter with an answer or
-hands the loop on. It is one module, a little over 600 lines, because those steps share that
-state and are read top to bottom, as one Filter runs.
+hands the loop on.
 
 One Filter, step by step (HAMi's Filter; docs/design.md §2.5-2.6):
 
@@ -74,9 +74,6 @@ from accounting.fit import (
     SPREAD,
     FitResult,
     NodeState,
-    QuotaContext,
-    fit_plan,
-    fit_pod,
     placement_usage,
     pod_requests_devices,
 )
@@ -96,8 +93,9 @@ from accounting.vendors import VendorResources
 from services.common import telemetry
 from services.common.metrics import record_decision
 from services.common.policy import PolicyChangedError, check_unchanged, under_recorder_policy
-from services.scheduler import answers, convert, fit_kernel
+from services.scheduler import answers, convert
 from services.scheduler import metrics as scheduler_metrics
+from services.scheduler.candidate_fit import fit_over_candidates
 from services.scheduler.config import DEFAULT_RESERVE_ATTEMPTS, DEFAULT_USAGE_TIMEOUT_MS
 from services.scheduler.convert import (
     FilterInput,
@@ -390,7 +388,7 @@ class PodPlacer:
         """The fit over the candidates; a "no node fits" over the cache is confirmed with
         direct reads (the candidates then read are returned)."""
         stored = call.known.stored()
-        fit = self._fit(call.pod, candidates, call.policy, stored)
+        fit = self._fit(call, candidates, stored)
         if (
             fit.node_name is None
             and candidates.revision is not None
@@ -400,7 +398,7 @@ class PodPlacer:
             state.refresh.update(remaining)
             state.fresh_quota = True
             candidates = self._read(call, remaining, state)
-            fit = self._fit(call.pod, candidates, call.policy, stored)
+            fit = self._fit(call, candidates, stored)
         state.fit = fit
         return candidates, fit
 
@@ -536,51 +534,15 @@ class PodPlacer:
         return candidates
 
     def _fit(
-        self,
-        pod: Pod,
-        candidates: Candidates,
-        policy: AccountingPolicy,
-        stored: StoredReservation | None,
+        self, call: _FilterCall, candidates: Candidates, stored: StoredReservation | None
     ) -> FitResult:
-        quota = candidates.quota
-        others: Sequence[NodeState] = candidates.others
-        if stored is not None:
-            # A re-filter: the pod's own reservation does not count against it, on its node
-            # (read directly, so never one of the columns) nor in its namespace (Reserve
-            # replaces it the same way).
-            others = [
-                node.without(stored.usage) if node.node_name == stored.node_name else node
-                for node in others
-            ]
-            quota = quota.without(stored.usage, policy.vendors)
-        quota = QuotaContext(quota.items, enforce_gpu_count=policy.enforce_gpu_count)
-        columns = candidates.columns
-        if columns is not None:
-            plan = fit_plan(
-                pod,
-                vendors=policy.vendors,
-                node_policy=self._node_policy,
-                gpu_policy=self._gpu_policy,
-                quota=quota,
-            )
-            if plan is not None:
-                try:
-                    return fit_kernel.fit_candidates(plan, columns, others)
-                except fit_kernel.KernelDisagreementError:
-                    _LOG.exception(
-                        "the vectorized fit disagrees with the reference fit for pod %s; "
-                        "answering with the reference fit", pod.key,
-                        extra={"pod_uid": pod.uid},
-                    )
-            # A pod asking several vendors' devices: the reference fit, over every node.
-            others = (*columns.states.tolist(), *others)
-        return fit_pod(
-            pod,
-            others,
-            vendors=policy.vendors,
+        return fit_over_candidates(
+            call.pod,
+            candidates,
+            policy=call.policy,
+            stored=stored,
             node_policy=self._node_policy,
             gpu_policy=self._gpu_policy,
-            quota=quota,
         )
 
     def _reserve(self, call: _FilterCall, fit: FitResult, *, held: bool) -> Reservation:
