@@ -117,8 +117,12 @@ class Candidates:
     @classmethod
     def of(cls, snapshot: Snapshot) -> Candidates:
         """A snapshot read directly."""
-        nodes, unknown, quota = snapshot
-        return cls(columns=None, others=nodes, unknown=unknown, quota=quota)
+        return cls(
+            columns=None,
+            others=snapshot.nodes,
+            unknown=snapshot.unregistered,
+            quota=snapshot.quota,
+        )
 
 
 _NO_QUOTA = QuotaContext({})
@@ -287,10 +291,11 @@ class NodeCache:
         not_registered: tuple[str, ...] = ()
         quota = cached_quota
         if to_read or quota is None:
-            read, not_registered, quota = self._direct.snapshot(
+            answer = self._direct.snapshot(
                 to_read, namespace, timeout_s, quota=cached_quota is None
             )
-            quota = cached_quota or quota
+            read, not_registered = answer.nodes, answer.unregistered
+            quota = cached_quota or answer.quota
         if to_read:
             self._keep(read, not_registered, generation, started)
         return Candidates(

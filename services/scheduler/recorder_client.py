@@ -10,6 +10,7 @@ recorder's accounting policy (services.common.policy) what it was answered under
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -29,8 +30,18 @@ NODE_BATCH = 500
 the 4 MiB message limit, so large candidate lists are read in parallel batches."""
 
 T = TypeVar("T")
-Snapshot = tuple[tuple[NodeState, ...], tuple[str, ...], QuotaContext]
-"""(registered candidates, unregistered candidates, the namespace quota), in candidate order."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    """What one direct read answers, in candidate order."""
+
+    nodes: tuple[NodeState, ...]
+    """The registered candidates."""
+    unregistered: tuple[str, ...]
+    """The candidates the recorder does not know."""
+    quota: QuotaContext
+    """The namespace quota (empty, and meaning nothing, when the read did not ask for it)."""
 
 
 class RecorderClient:
@@ -99,7 +110,7 @@ class RecorderClient:
                 for start in range(0, len(node_names), self._node_batch)
             ]
             nodes, unknown = convert.node_states_from_pb(answers)
-            return nodes, unknown, QuotaContext({})
+            return Snapshot(nodes=nodes, unregistered=unknown, quota=QuotaContext({}))
         quota_future = self._stub.GetNamespaceUsage.future(
             convert.namespace_usage_request(namespace), timeout=timeout_s, wait_for_ready=True
         )
@@ -124,7 +135,7 @@ class RecorderClient:
                 call.cancel()
         self.policy.observe(namespace_usage.policy_id)
         nodes, unknown = convert.node_states_from_pb(responses)
-        return nodes, unknown, quota_context
+        return Snapshot(nodes=nodes, unregistered=unknown, quota=quota_context)
 
     def stored(self, pod_uid: str, timeout_s: float) -> StoredReservation | None:
         """What is stored for the pod (its node, usage and revision), or None."""

@@ -18,11 +18,10 @@ from typing import Any
 import grpc
 import pytest
 
-from accounting.fit import NodeState, QuotaContext
 from hami.accounting.v1 import scheduler_pb2, scheduler_pb2_grpc, usage_pb2
 from services.scheduler.convert import Reservation
 from services.scheduler.placer import PodPlacer
-from services.scheduler.recorder_client import RecorderClient
+from services.scheduler.recorder_client import RecorderClient, Snapshot
 from tests.scheduler.conftest import NS, RPC_TIMEOUT_S, Recorder, StartScheduler, bound_pod
 from tests.support.pods import allocation, app_container, gpu_device, kube_pod, to_json
 
@@ -95,12 +94,12 @@ class StaleRecorder(RecorderClient):
         super().__init__(grpc.insecure_channel(target), target)
         self._rival = rival
         self._always_stale = always_stale
-        self._stale: tuple[tuple[NodeState, ...], tuple[str, ...], QuotaContext] | None = None
+        self._stale: Snapshot | None = None
         self.snapshots = 0
 
     def snapshot(
         self, node_names: Sequence[str], namespace: str, timeout_s: float
-    ) -> tuple[tuple[NodeState, ...], tuple[str, ...], QuotaContext]:
+    ) -> Snapshot:
         self.snapshots += 1
         if self._stale is None:
             self._stale = super().snapshot(node_names, namespace, timeout_s)
