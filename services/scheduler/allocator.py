@@ -3,11 +3,11 @@
 Layer: services/scheduler (runtime). Each Filter computes on copies of its candidates' columns:
 at 5,000 nodes × 8 devices one int64 column is 320 KB, and a Filter allocates a few dozen such
 temporaries. glibc serves allocations above its mmap threshold with fresh ``mmap`` pages and
-hands them back on free, so every temporary pays its page faults again: measured on the
-Filter's vectorized fit at 5,000 nodes, the fit took 2.7 ms of CPU with glibc's defaults and
-1.35 ms with these settings, and copying the candidates' rows 3.1 ms and 0.87 ms (docs/design.md
-§10 and docs/benchmarks.md). Raising the threshold keeps such blocks on the heap, and a high
-trim threshold keeps freed heap memory for the next Filter instead of returning it at once.
+hands them back on free, so every temporary pays its page faults again; with these settings the
+vectorized fit and the copy of the candidates' rows take a fraction of their CPU time under
+glibc's defaults (docs/scheduler-measurements.md). Raising the threshold keeps such blocks on
+the heap, and a high trim threshold keeps freed heap memory for the next Filter instead of
+returning it at once.
 
 The cost is memory held: the heap keeps its high-water mark (a few MiB of columns per Filter
 running at once), which the benchmark reports as the scheduler's resident memory.

@@ -5,11 +5,10 @@ chosen (before its Reserve) until the node cache has applied the reservation's r
 until the Reserve is refused. Every Filter of the replica fits the cached nodes with the held
 placements of the other pods added, so two Filters of one replica running at once do not both
 choose the same free capacity, and a Filter that runs right after another sees that one's
-placement before its WatchUsage event arrives. Measured without holds (bench/scheduler_scale.py
-counts the refusals; 1,000 nodes, binpack): one caller on one replica had up to one Filter in
-twelve choose capacity its predecessor had just taken, be refused and read the node again
-(none with holds); 8 callers on 2 replicas had 1.1 refusals per Filter and 24 % of answers
-ReservationConflict, against 0.76 and 15 % with holds.
+placement before its WatchUsage event arrives. Without holds, Filters choose capacity their
+predecessor has just taken, are refused and read the node again, and more answers are
+ReservationConflict (docs/scheduler-measurements.md has the figures; bench/scheduler_scale.py
+counts the refusals).
 
 Holds only shape the fit's view of the cache; the recorder's Reserve still decides what is
 stored, and every answer is what it stored. A node read directly from the recorder is fitted as

@@ -1,8 +1,8 @@
 """Prometheus metrics only the scheduler daemon serves: how long a Filter takes, and why nodes
 were refused.
 
-Layer: services/scheduler (runtime). What HAMi's users asked its scheduler for (HAMi #2459: a
-Filter latency histogram and the refusals by reason), here for the daemon that does the fit.
+Layer: services/scheduler (runtime). What HAMi's users have asked its scheduler for (a Filter
+latency histogram and the refusals by reason), here for the daemon that does the fit.
 Only this daemon imports the module, so the others show none of its families. The refusal
 reasons are the stable codes of ``accounting.reasons`` a failed node's sentence is built from
 (``3/8 CardInsufficientMemory, 5/8 CardTimeSlicingExhausted`` counts both codes once), so the
@@ -22,7 +22,7 @@ from accounting.reasons import NODE_UNREGISTERED
 METRICS_SERVICE = "scheduler"
 """The ``service`` label of this daemon's metrics (services.common.metrics)."""
 
-# A Filter over a few nodes takes about a millisecond here, over 5,000 nodes 8 to 10.
+# From a Filter over a few nodes to one over thousands (docs/benchmarks.md has both ends).
 _FILTER_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 FILTER_DURATION = prometheus_client.Histogram(
