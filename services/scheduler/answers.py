@@ -155,7 +155,14 @@ def out_of_attempts(
             + f"; last refusal on {fit.node_name}: {last_refusal.message}"
         )
         return FilterOutcome(
-            fit=FitResult(None, (), failed, {}, NO_NODE_FITS, message),
+            fit=FitResult(
+                node_name=None,
+                grants=(),
+                failed_nodes=failed,
+                scores={},
+                reason=NO_NODE_FITS,
+                message=message,
+            ),
             reason=NO_NODE_FITS,
             message=message,
             attempts=attempts,
