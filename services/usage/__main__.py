@@ -43,7 +43,8 @@ from services.usage.servicer import (
     UsageRecorderServicer,
     add_to_server,
 )
-from services.usage.store import SERVICE, UsageStore
+from services.usage.store import UsageStore
+from services.usage.store_metrics import SERVICE
 from services.usage.watch_hub import DEFAULT_MAX_LAG_EVENTS, WatchHub
 
 if TYPE_CHECKING:

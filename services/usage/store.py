@@ -13,21 +13,24 @@ the pod): a RecordPod or Reserve arriving after ForgetPod answers ``Forgotten`` 
 
 Watchers are the hub's (``watch_hub``): under the lock this class only builds each change's
 event (the namespace's and node's state after it, only the parts some watcher asked for) and
-appends it to the hub's log, which never waits for a watcher. Encoding and sending happen on the
-hub's event loop, after the lock is released.
+appends it to the hub's log, which never waits for a watcher (the events are built by
+services/usage/store_events.py). Encoding and sending happen on the hub's event loop, after the
+lock is released. The state the recorder starts from is services/usage/recovery.py's, the
+store's metrics services/usage/store_metrics.py's.
+
+Why one piece past 600 lines: every write and every read of the ledger takes the one lock this
+class holds, and each write path is the same walk (apply, commit, publish, or undo); split, the
+lock and the undo would have to be handed between modules.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import gc
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import prometheus_client
 from opentelemetry import trace
 
 from accounting.believed_grants import believe
@@ -51,20 +54,16 @@ from accounting.model import (
 from accounting.policy import AccountingPolicy
 from accounting.quota import quota_items_from_limits, quota_keys
 from accounting.validate import validate_devices
-from services.common import metrics, telemetry
+from services.common import telemetry
 from services.common.errors import DependencyUnavailableError
 from services.usage import metrics as usage_metrics
-from services.usage.events import EventKind, NodeSnapshot, UsageEvent, WatchContent
+from services.usage.events import EventKind, NodeSnapshot, UsageEvent
 from services.usage.journal import (
-    ON_DAMAGE_MODES,
-    ON_DAMAGE_REBUILD,
     ON_DAMAGE_REFUSE,
     DeleteNode,
     DeletePod,
     DeleteTombstones,
     Journal,
-    JournalDamage,
-    JournalDamagedError,
     JournalError,
     JournalOp,
     JournalState,
@@ -74,30 +73,19 @@ from services.usage.journal import (
     PutTombstone,
 )
 from services.usage.pod_facts import PodFacts, PodFactsBook
+from services.usage.recovery import RecoverySummary, collector_paused, start_state
+from services.usage.store_events import (
+    initial_events,
+    node_registered_events,
+    node_snapshot,
+    pod_change_events,
+)
+from services.usage.store_metrics import StoreMetrics
 from services.usage.watch_hub import InitialState, WatchHub, WatchStream
 
 _LOG = logging.getLogger(__name__)
 
-SERVICE = "usage"
-"""The ``service`` label of this daemon's metrics."""
-FREEZE_MIN_PODS = 10_000
-"""Recovered pods from which the recovered state is frozen out of garbage collection."""
-
-
-@dataclass(frozen=True, slots=True)
-class RecoverySummary:
-    """What ``UsageStore.recover`` loaded."""
-
-    pods: int
-    nodes: int
-    namespaces: int
-    revision: int
-    seconds: float
-    damage: JournalDamage | None = None
-    """What was wrong with the journal, when the recorder went on anyway."""
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StoreReading:
     """What a metrics scrape reports, read under one hold of the store's lock (a consistent
     state: every figure is of the same revision). Only references are taken under the lock:
@@ -114,42 +102,6 @@ class StoreReading:
     """uid -> the init share and MIG instances of its stored value
     (``services.usage.pod_facts``): they count only while ``facts.stored`` is the very stored
     pod of ``pods``."""
-
-
-class _StoreMetrics:
-    """The children of the store's labelled metrics, kept once looked up: ``labels()`` takes a
-    lock and checks its arguments, five times per recorded change otherwise."""
-
-    def __init__(self) -> None:
-        self._totals: dict[
-            tuple[str, str], tuple[prometheus_client.Gauge, prometheus_client.Gauge]
-        ] = {}
-        self._decisions: dict[tuple[str, str], prometheus_client.Counter] = {}
-
-    def set_total(self, scope: str, name: str, memory_mib: int, core_percent: int) -> None:
-        """Publishes the ledger total of one node or namespace (as
-        ``usage_metrics.set_ledger_total`` does)."""
-        children = self._totals.get((scope, name))
-        if children is None:
-            if scope not in usage_metrics.LEDGER_SCOPES:
-                raise ValueError(
-                    f"scope must be one of {usage_metrics.LEDGER_SCOPES}, got {scope!r}"
-                )
-            children = self._totals[(scope, name)] = (
-                usage_metrics.LEDGER_MEMORY_USED.labels(scope, name),
-                usage_metrics.LEDGER_CORES_USED.labels(scope, name),
-            )
-        children[0].set(memory_mib)
-        children[1].set(core_percent)
-
-    def count_decision(self, decision: str, reason: str) -> None:
-        """Counts one decision of this daemon (``metrics.record_decision``)."""
-        child = self._decisions.get((decision, reason))
-        if child is None:
-            child = self._decisions[(decision, reason)] = metrics.DECISIONS.labels(
-                service=SERVICE, decision=decision, reason=reason
-            )
-        child.inc()
 
 
 class UsageStore:
@@ -184,7 +136,7 @@ class UsageStore:
         self.hub = hub or WatchHub()
         """The fan-out to WatchUsage streams; a change's node snapshot (the costly part of an
         event) is only built when an attached watcher wants nodes (``hub.wanted``)."""
-        self._metrics = _StoreMetrics()
+        self._metrics = StoreMetrics()
         self._pod_facts = PodFactsBook()
         self._traceparents: dict[str, str] = {}
         """uid -> the pod's hami.io/traceparent, for spans about it that carry no pod."""
@@ -210,28 +162,12 @@ class UsageStore:
             JournalError: the journal cannot be read or repaired.
         """
         started_s = time.perf_counter()
-        # Recovery allocates up to millions of long-lived objects and no garbage cycles: the
-        # cyclic collector would walk the growing heap again and again (a third of the time of
-        # 100,000 pods), and once more when it is switched back on. A large recovered state is
-        # frozen: left out of every later collection (no pause walking it while serving), while
-        # objects released later are still freed by reference counting (the ledger holds no
-        # cycles). Not collecting first keeps the cyclic garbage the process made before for
-        # good (about 300 objects from the daemon's imports, once); collecting would cost more.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            state = self._journal.load() if self._journal is not None else JournalState()
-            damage = state.damage
-            if damage is not None:
-                assert self._journal is not None
-                state = _go_on_after(damage, state, self._journal, on_damage)
+        with collector_paused() as pause:
+            start = start_state(self._journal, on_damage)
+            state = start.state
             with self._lock:
                 self._restore(state)
-            if len(state.pods) >= FREEZE_MIN_PODS:
-                gc.freeze()
-        finally:
-            if collecting:
-                gc.enable()
+            pause.freeze_if_large(len(state.pods))
         with self._lock:
             summary = RecoverySummary(
                 pods=len(state.pods),
@@ -239,7 +175,7 @@ class UsageStore:
                 namespaces=len(self._ledger.namespaces()),
                 revision=self._ledger.revision,
                 seconds=time.perf_counter() - started_s,
-                damage=damage,
+                damage=start.damage,
             )
         return summary
 
@@ -257,9 +193,9 @@ class UsageStore:
             ledger.revision = state.revision
         self._visible_revision = ledger.revision
         for node_name in self._known_nodes():
-            self._publish_node_gauge(node_name)
+            self._metrics.publish_node(self._ledger, node_name)
         for namespace in ledger.namespaces():
-            self._publish_namespace_gauge(namespace)
+            self._metrics.publish_namespace(self._ledger, namespace)
 
     # -- pods ----------------------------------------------------------------------------------
 
@@ -454,28 +390,7 @@ class UsageStore:
         def events() -> list[UsageEvent]:
             if not change.changed or not self.hub.watching:
                 return []
-            hub = self.hub
-            kind = EventKind.POD_CHANGED if after is not None else EventKind.POD_FORGOTTEN
-            items = (
-                tuple(self._ledger.namespace_items(change.namespace).values())
-                if WatchContent.NAMESPACES in hub.wanted
-                else ()
-            )
-            with_nodes = WatchContent.NODES in hub.wanted
-            stored = after.usage if after is not None else ()
-            revision = self._ledger.revision
-            return [
-                UsageEvent(
-                    kind,
-                    revision,
-                    pod_uid=uid,
-                    namespace=change.namespace,
-                    namespace_items=items,
-                    node=self._node_snapshot(node_name) if node_name and with_nodes else None,
-                    stored=stored,
-                )
-                for node_name in change.node_names or ("",)
-            ]
+            return pod_change_events(self._ledger, change, uid, self.hub.wanted)
 
         self._commit(
             ops,
@@ -491,8 +406,8 @@ class UsageStore:
         if not change.changed:
             return  # only a tombstone: nothing a reader or watcher sees changed
         for node_name in change.node_names:
-            self._publish_node_gauge(node_name)
-        self._publish_namespace_gauge(change.namespace)
+            self._metrics.publish_node(self._ledger, node_name)
+        self._metrics.publish_namespace(self._ledger, change.namespace)
 
     # -- nodes ---------------------------------------------------------------------------------
 
@@ -527,8 +442,8 @@ class UsageStore:
                 self._commit(
                     [PutNode(node_name, devices)], undo, revision, self._node_events(node_name)
                 )
-                self._publish_node_gauge(node_name)
-            return self._node_snapshot(node_name)
+                self._metrics.publish_node(self._ledger, node_name)
+            return node_snapshot(self._ledger, node_name)
 
     def forget_node(self, node_name: str) -> None:
         """Drops a node's inventory (pods charged there keep their usage until forgotten).
@@ -548,7 +463,7 @@ class UsageStore:
                 revision,
                 self._node_events(node_name),
             )
-            self._publish_node_gauge(node_name)
+            self._metrics.publish_node(self._ledger, node_name)
 
     def _node_events(self, node_name: str) -> Callable[[], list[UsageEvent]]:
         """What a node's new inventory tells watchers (built before the change is journaled)."""
@@ -556,14 +471,7 @@ class UsageStore:
         def events() -> list[UsageEvent]:
             if not self.hub.watching:
                 return []
-            with_nodes = WatchContent.NODES in self.hub.wanted
-            return [
-                UsageEvent(
-                    EventKind.NODE_REGISTERED,
-                    self._ledger.revision,
-                    node=self._node_snapshot(node_name) if with_nodes else None,
-                )
-            ]
+            return node_registered_events(self._ledger, node_name, self.hub.wanted)
 
         return events
 
@@ -741,7 +649,7 @@ class UsageStore:
         with self._lock:
             if self._ledger.node_devices(node_name) is None:
                 return None
-            return self._node_snapshot(node_name)
+            return node_snapshot(self._ledger, node_name)
 
     def node_usage(
         self, node_names: Iterable[str] = ()
@@ -752,8 +660,9 @@ class UsageStore:
         with self._lock:
             if not names:
                 names = self._ledger.node_names()
+            ledger = self._ledger
             found = tuple(
-                self._node_snapshot(n) for n in names if self._ledger.node_devices(n) is not None
+                node_snapshot(ledger, n) for n in names if ledger.node_devices(n) is not None
             )
             unknown = tuple(n for n in names if self._ledger.node_devices(n) is None)
         return found, unknown
@@ -762,11 +671,6 @@ class UsageStore:
         """One item per resource with usage or a limit in the namespace."""
         with self._lock:
             return tuple(self._ledger.namespace_items(namespace).values())
-
-    def _node_snapshot(self, node_name: str) -> NodeSnapshot:
-        states = self._ledger.node_states(node_name)
-        uids = self._ledger.node_pod_uids(node_name)
-        return NodeSnapshot(node_name, states or (), uids, registered=states is not None)
 
     def _known_nodes(self) -> tuple[str, ...]:
         names = dict.fromkeys(self._ledger.node_names())
@@ -826,36 +730,14 @@ class UsageStore:
             if send_initial_state:
                 initial = self.hub.initial_state(stream.content, send_policy, revision)
                 if initial is None:
-                    events = self._initial_events(stream.content, send_policy, revision)
+                    events = initial_events(self._ledger, self.policy, stream.content,
+                                            send_policy=send_policy, revision=revision)
             self.hub.attach(stream)
         if events is not None:
             initial = self.hub.encode_initial_state(
                 stream.content, send_policy, revision, events
             )
         return initial
-
-    def _initial_events(
-        self, content: WatchContent, send_policy: bool, revision: int
-    ) -> list[UsageEvent]:
-        events: list[UsageEvent] = []
-        if send_policy:
-            events.append(UsageEvent(EventKind.POLICY, revision, policy=self.policy))
-        if WatchContent.NODES in content:
-            events.extend(
-                UsageEvent(EventKind.SNAPSHOT, revision, node=self._node_snapshot(name))
-                for name in self._ledger.node_names()
-            )
-        if WatchContent.NAMESPACES in content:
-            events.extend(
-                UsageEvent(
-                    EventKind.SNAPSHOT,
-                    revision,
-                    namespace=namespace,
-                    namespace_items=tuple(self._ledger.namespace_items(namespace).values()),
-                )
-                for namespace in self._ledger.namespaces()
-            )
-        return events
 
     def close_watchers(self) -> None:
         """Ends every watch stream (at shutdown)."""
@@ -865,61 +747,6 @@ class UsageStore:
     def watcher_count(self) -> int:
         """Watchers attached to the hub's log (a cut-off one is not)."""
         return self.hub.attached_count
-
-    # -- gauges --------------------------------------------------------------------------------
-
-    def _publish_node_gauge(self, node_name: str) -> None:
-        if not node_name:
-            return
-        self._metrics.set_total("node", node_name, *self._ledger.node_totals(node_name))
-
-    def _publish_namespace_gauge(self, namespace: str) -> None:
-        if not namespace:
-            return
-        vendors = self.policy.vendors
-        self._metrics.set_total(
-            "namespace",
-            namespace,
-            sum(self._ledger.namespace_used(namespace, v.memory_resource) for v in vendors),
-            sum(self._ledger.namespace_used(namespace, v.core_resource) for v in vendors),
-        )
-
-
-def _go_on_after(
-    damage: JournalDamage, state: JournalState, journal: Journal, on_damage: str
-) -> JournalState:
-    """The state to start from on a damaged journal, as ``on_damage`` says, with what was lost
-    logged; raises JournalDamagedError to refuse."""
-    if on_damage not in ON_DAMAGE_MODES:
-        raise ValueError(f"on_damage must be one of {ON_DAMAGE_MODES}, got {on_damage!r}")
-    if on_damage == ON_DAMAGE_REFUSE:
-        raise JournalDamagedError(damage)
-    lost: dict[str, object] = {"problems": list(damage.problems)}
-    if damage.acknowledged_revision > damage.readable_revision:
-        lost["lost_revisions"] = f"{damage.readable_revision + 1}..{damage.acknowledged_revision}"
-    if damage.damaged_rows:
-        lost["dropped_rows"] = list(damage.damaged_rows[:100])
-        lost["dropped_rows_total"] = len(damage.damaged_rows)
-    if on_damage == ON_DAMAGE_REBUILD:
-        revision = max(damage.readable_revision, damage.acknowledged_revision)
-        moved = journal.reset(revision)
-        _LOG.error(
-            "journal damaged: set aside, starting empty; the Kubernetes re-list rebuilds pods, "
-            "nodes and quotas (forgotten uids are not rebuilt): %s", damage.summary(),
-            extra={**lost, "set_aside": [str(p) for p in moved],
-                   "readable_pods_set_aside": len(state.pods), "on_damage": on_damage},
-        )
-        return JournalState(revision=revision)
-    revision = journal.accept_loss(damage)
-    if damage.unreadable:
-        state = JournalState()
-    _LOG.error(
-        "journal damaged: going on with what is readable (%d pods, %d nodes, %d quotas, %d "
-        "forgotten uids); what was lost is listed here: %s", len(state.pods), len(state.nodes),
-        len(state.quotas), len(state.tombstones), damage.summary(),
-        extra={**lost, "on_damage": on_damage, "revision": revision},
-    )
-    return dataclasses.replace(state, revision=revision, damage=None)
 
 
 def _changed_uid(change: LedgerChange) -> str:

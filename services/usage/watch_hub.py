@@ -15,7 +15,7 @@ that answer unary calls (``services.common.aio_server``):
   it asked for batches (``accept_batches``): ``UsageEvent.batch`` holds the same encoded events,
   each behind a two-part frame, without decoding or re-encoding anything.
 * **The fan-out gives way to unary calls.** Streams with news take turns, one message per loop
-  iteration (``_Turns``), so a call that arrives waits for one message at most; while calls
+  iteration (``_SendQueue``), so a call that arrives waits for one message at most; while calls
   keep coming each answered call lets a few messages through (``Throttle``), and a watcher sent
   less often gets larger batches. Every message costs the loop a socket write with the GIL
   held (docs/watch-usage.md has the profile): the fan-out's work grows with the number of
@@ -90,7 +90,7 @@ class UnaryCallsView(Protocol):
     listeners: list[Callable[[bool], None]]
 
 
-class _Turns:
+class _SendQueue:
     """Who hands the next message to the transport (on the event loop).
 
     Streams with something to send queue up, first come first served, and one is let go per
@@ -111,7 +111,7 @@ class _Turns:
         self.loop: asyncio.AbstractEventLoop | None = None
         """The loop the streams run on (``WatchHub.open`` sets it). Kept rather than asked for:
         ``asyncio.get_running_loop`` makes a ``getpid`` system call in CPython 3.11, several per
-        message here (7.6 % of the recorder's GIL samples under 64 watchers, 0.9 % kept)."""
+        message here (docs/watch-usage.md has the profile)."""
         if calls is not None and throttle.credits_per_call:
             calls.listeners.append(self._on_call)
 
@@ -261,7 +261,7 @@ class WatchStream:
         self.granted = False
         """Its turn has come: it may hand the transport one message."""
         self.queued = False
-        """Waiting for a turn to send (``_Turns``)."""
+        """Waiting for a turn to send (``_SendQueue``)."""
         self.queued_at_s = 0.0
         self._wake = asyncio.Event()
         """Set when the stream's turn comes, and when it is cut off or ended."""
@@ -286,7 +286,7 @@ class WatchHub:
         self._frame = frame
         self.max_streams = max_streams
         self.max_lag_events = max_lag_events
-        self._turns = _Turns(unary_calls, throttle or DEFAULT_THROTTLE)
+        self._send_queue = _SendQueue(unary_calls, throttle or DEFAULT_THROTTLE)
         self._lock = threading.Lock()
         # -- guarded by _lock (writers, subscriptions and the loop all touch these) ------------
         self._log: list[_Entry] = []
@@ -396,7 +396,7 @@ class WatchHub:
         Raises:
             StreamCapReachedError: ``max_streams`` streams are already open.
         """
-        self._loop = self._turns.loop = asyncio.get_running_loop()
+        self._loop = self._send_queue.loop = asyncio.get_running_loop()
         if self._open >= self.max_streams:
             usage_metrics.count_watch_cutoffs("stream_cap")
             raise StreamCapReachedError(
@@ -440,7 +440,7 @@ class WatchHub:
             # goes back, instead of each stream keeping its revision's copy for its whole life.
             initial = None
         if self._pending(stream):
-            self._turns.request(stream)
+            self._send_queue.request(stream)
         while True:
             if stream.cut_off:
                 raise WatcherCutOffError(
@@ -469,14 +469,14 @@ class WatchHub:
                         break
                 yield message
             if self._pending(stream):
-                self._turns.request(stream)
+                self._send_queue.request(stream)
 
     # -- internals ---------------------------------------------------------------------------------
 
     async def _turn(self, stream: WatchStream) -> None:
         """Queues the stream and waits for its turn to hand the transport a message
-        (``_Turns``), or until it is cut off or ended."""
-        self._turns.request(stream)
+        (``_SendQueue``), or until it is cut off or ended."""
+        self._send_queue.request(stream)
         while not stream.granted and not (stream.cut_off or stream.ended):
             await stream._wake.wait()
             stream._wake.clear()
@@ -524,7 +524,7 @@ class WatchHub:
             if stream.cut_off:
                 stream._wake.set()
             elif not stream.queued:
-                self._turns.request(stream)
+                self._send_queue.request(stream)
         if cut:
             usage_metrics.count_watch_cutoffs("lag", cut)
             _LOG.warning(
