@@ -1,9 +1,9 @@
 """The usage recorder's Kubernetes source: list, then watch, pods, nodes and ResourceQuotas.
 
-Layer: services/usage (adapter). This is the only module that imports the ``kubernetes``
-client. It turns API objects into accounting values with the pure parsers
-(``accounting.kube_pod``, ``accounting.kube_node``) and hands them to a ``UsageSink`` (the
-store); it applies no accounting rule itself.
+Layer: services/usage (adapter). This module and the Leases' (services/usage/k8s_lease.py) are
+the only ones that import the ``kubernetes`` client. It turns API objects into accounting values
+with the pure parsers (``accounting.kube_pod``, ``accounting.kube_node``) and hands them to a
+``UsageSink`` (the store); it applies no accounting rule itself.
 
 Per kind, one thread runs the reflector loop client-go users know: list (paginated), reconcile
 the sink against the list, then watch from the list's resourceVersion, resuming each watch from
@@ -32,7 +32,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from http import HTTPStatus
 from typing import Any, Protocol
 
@@ -50,6 +49,13 @@ from accounting.policy import DEFAULT_POLICY, AccountingPolicy
 from accounting.quota import merge_quota_limits, quota_keys
 from accounting.quoting import quote
 from services.usage import metrics
+from services.usage.k8s_lease import (
+    CONNECT_TIMEOUT_S,
+    KubernetesApiError,
+    LeaseClient,
+    LeaseConflictError,
+    LeaseRecord,
+)
 
 __all__ = [
     "QUOTA_KEYS",
@@ -78,7 +84,6 @@ _QUOTAS = "resourcequotas"
 _KINDS = (_PODS, _NODES, _QUOTAS)
 _WHO_KINDS = {_PODS: "pod", _NODES: "node", _QUOTAS: "resourcequota"}
 
-_CONNECT_TIMEOUT_S = 10.0
 # Added to timeoutSeconds for the socket read timeout, so a silent server is noticed.
 _WATCH_READ_GRACE_S = 30
 _FIRST_BACKOFF_S = 0.5
@@ -130,18 +135,6 @@ class UsageSink(Protocol):
 
 class KubernetesConfigError(Exception):
     """No usable Kubernetes client configuration (in-cluster or kubeconfig)."""
-
-
-class KubernetesApiError(Exception):
-    """A Kubernetes API call failed; ``status`` is the HTTP status, 0 for transport errors."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class LeaseConflictError(KubernetesApiError):
-    """The Lease changed since it was read (409 on update) or already exists (409 on create)."""
 
 
 def api_client_from_mode(mode: str, kubeconfig: str | None) -> ApiClient | None:
@@ -535,7 +528,7 @@ class KubernetesSource:
             arguments: dict[str, Any] = {
                 "limit": self._list_page_size,
                 "_preload_content": False,
-                "_request_timeout": (_CONNECT_TIMEOUT_S, self._request_timeout_s),
+                "_request_timeout": (CONNECT_TIMEOUT_S, self._request_timeout_s),
             }
             if continue_token:
                 arguments["_continue"] = continue_token
@@ -573,7 +566,7 @@ class KubernetesSource:
                 resource_version=resource_version,
                 timeout_seconds=self._watch_timeout_s,
                 allow_watch_bookmarks=True,
-                _request_timeout=(_CONNECT_TIMEOUT_S, self._watch_timeout_s + _WATCH_READ_GRACE_S),
+                _request_timeout=(CONNECT_TIMEOUT_S, self._watch_timeout_s + _WATCH_READ_GRACE_S),
             )
             for event in events:
                 # The client yields None for a line that is not JSON.
@@ -817,129 +810,3 @@ def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _pod_is_tracked(obj: Mapping[str, Any]) -> bool:
     return bool(_annotations(obj).get(VGPU_NODE_ANNOTATION))
-
-
-# -- Leases (leader election) ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseRecord:
-    """The parts of a coordination.k8s.io/v1 Lease that leader election reads and writes."""
-
-    holder_identity: str
-    """Empty when nobody holds the lease."""
-    lease_duration_s: int
-    acquire_time: datetime | None
-    renew_time: datetime | None
-    lease_transitions: int
-    resource_version: str = ""
-    """The version read; an update with it fails with a conflict if the Lease changed since."""
-
-
-class LeaseClient:
-    """Reads and writes Lease objects through the official client's CoordinationV1Api."""
-
-    def __init__(self, api_client: ApiClient, *, request_timeout_s: float = 10.0) -> None:
-        self._api = client.CoordinationV1Api(api_client)
-        self._request_timeout = (min(_CONNECT_TIMEOUT_S, request_timeout_s), request_timeout_s)
-
-    def get(self, namespace: str, name: str) -> LeaseRecord | None:
-        """The Lease, or None when it does not exist.
-
-        Raises:
-            KubernetesApiError: any other failure.
-        """
-        try:
-            lease = self._api.read_namespaced_lease(
-                name, namespace, _request_timeout=self._request_timeout
-            )
-        except ApiException as error:
-            if error.status == HTTPStatus.NOT_FOUND:
-                return None
-            raise _api_error(error) from error
-        except urllib3.exceptions.HTTPError as error:
-            raise KubernetesApiError(0, str(error)) from error
-        return _lease_record(lease)
-
-    def create(self, namespace: str, name: str, record: LeaseRecord) -> LeaseRecord:
-        """Creates the Lease.
-
-        Raises:
-            LeaseConflictError: it already exists.
-            KubernetesApiError: any other failure.
-        """
-        body = client.V1Lease(
-            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
-            spec=_lease_spec(record),
-        )
-        try:
-            created = self._api.create_namespaced_lease(
-                namespace, body, _request_timeout=self._request_timeout
-            )
-        except ApiException as error:
-            raise _api_error(error) from error
-        except urllib3.exceptions.HTTPError as error:
-            raise KubernetesApiError(0, str(error)) from error
-        return _lease_record(created)
-
-    def replace(self, namespace: str, name: str, record: LeaseRecord) -> LeaseRecord:
-        """Replaces the Lease, on the condition that it is still at ``record.resource_version``.
-
-        Raises:
-            LeaseConflictError: the Lease changed since it was read.
-            KubernetesApiError: any other failure.
-        """
-        body = client.V1Lease(
-            metadata=client.V1ObjectMeta(
-                name=name, namespace=namespace, resource_version=record.resource_version or None
-            ),
-            spec=_lease_spec(record),
-        )
-        try:
-            replaced = self._api.replace_namespaced_lease(
-                name, namespace, body, _request_timeout=self._request_timeout
-            )
-        except ApiException as error:
-            raise _api_error(error) from error
-        except urllib3.exceptions.HTTPError as error:
-            raise KubernetesApiError(0, str(error)) from error
-        return _lease_record(replaced)
-
-
-def _api_error(error: ApiException) -> KubernetesApiError:
-    status = int(error.status or 0)
-    message = f"{status} {error.reason}"
-    if status == HTTPStatus.CONFLICT:
-        return LeaseConflictError(status, message)
-    return KubernetesApiError(status, message)
-
-
-def _micro_time(moment: datetime | None) -> datetime | None:
-    # The client writes datetimes with isoformat(), which drops the fraction when it is zero,
-    # and the API server parses MicroTime with a mandatory ".000000": keep one microsecond.
-    if moment is None:
-        return None
-    moment = moment.astimezone(UTC)
-    return moment + timedelta(microseconds=1) if moment.microsecond == 0 else moment
-
-
-def _lease_spec(record: LeaseRecord) -> client.V1LeaseSpec:
-    return client.V1LeaseSpec(
-        holder_identity=record.holder_identity or None,
-        lease_duration_seconds=record.lease_duration_s,
-        acquire_time=_micro_time(record.acquire_time),
-        renew_time=_micro_time(record.renew_time),
-        lease_transitions=record.lease_transitions,
-    )
-
-
-def _lease_record(lease: Any) -> LeaseRecord:
-    spec = lease.spec or client.V1LeaseSpec()
-    return LeaseRecord(
-        holder_identity=spec.holder_identity or "",
-        lease_duration_s=int(spec.lease_duration_seconds or 0),
-        acquire_time=spec.acquire_time,
-        renew_time=spec.renew_time,
-        lease_transitions=int(spec.lease_transitions or 0),
-        resource_version=str(lease.metadata.resource_version or ""),
-    )
