@@ -8,6 +8,8 @@ Modules: amount (the one amount type) and fold (the one walk over a pod's contai
 and reason code), errors; pod (classes, sizing, the formula's views), lifecycle (what is stored
 next), quota (the namespace check), ledger (stored usage, totals by deltas, Reserve), fit (the
 scheduler's per-GPU fit), explain (one pod's charge); hami_codec (HAMi's annotation wire
-formats), kube_pod, kube_node and quantity (Kubernetes JSON readers), validate (input checks);
-counting_rules and whatif (replaying a workload under other rules).
+formats), kube (the readers of Kubernetes JSON: pods, their device requests, nodes,
+quantities), received_json (decoding received JSON), validate (input checks), limits (their
+bounds), quoting (how errors quote received values); counting_rules and whatif (replaying a
+workload under other rules).
 """

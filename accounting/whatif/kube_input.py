@@ -2,7 +2,8 @@
 prints, or YAML manifests loaded into the same shapes).
 
 Layer: accounting (pure). Pods and Nodes are read by the parsers the daemons use
-(accounting.kube_pod, accounting.kube_node); ResourceQuotas by their ``spec.hard`` GPU keys.
+(accounting.kube.pod_json, accounting.kube.node_json); ResourceQuotas by their ``spec.hard``
+GPU keys.
 
 * ``List`` objects (kind ``List`` or ``...List``) are opened and their items read in order.
 * Skipped, and counted by what they are: a Pod without a GPU request, a Node without HAMi
@@ -31,11 +32,11 @@ from typing import Any
 from accounting import numbers
 from accounting.errors import FieldViolation, InvalidInputError
 from accounting.fit import pod_requests_devices
-from accounting.kube_node import NodeRegistration, parse_node
-from accounting.kube_pod import DEFAULT_NAMESPACE, parse_pod
+from accounting.kube.node_json import NodeRegistration, parse_node
+from accounting.kube.pod_json import DEFAULT_NAMESPACE, parse_pod
+from accounting.kube.quantity import QuantityError, describe, parse_quantity
 from accounting.limits import MAX_QUOTA_LIMIT
 from accounting.model import ContainerClass, Pod, PodPhase
-from accounting.quantity import QuantityError, describe, parse_quantity
 from accounting.quota import merge_quota_limits, quota_keys
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 from accounting.whatif.workload import DEFAULT_INIT_RUN_S, ReplayPod, Workload

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from accounting.kube_node import NodeRegistration
+from accounting.kube.node_json import NodeRegistration
 from accounting.model import ContainerClass, Pod
 
 DEFAULT_INIT_RUN_S = 30

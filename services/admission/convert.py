@@ -16,8 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from accounting import kube_pod, received_json, validate
+from accounting import received_json, validate
 from accounting.errors import InvalidInputError
+from accounting.kube import pod_json
 from accounting.model import Pod, QuotaItem
 from accounting.pod import EffectiveRequest
 from accounting.quota import QuotaCheckItem, QuotaDecision
@@ -92,7 +93,7 @@ def pod_from_kubernetes(
             **document,
             "metadata": {"uid": UNASSIGNED_UID, **({"namespace": namespace} if namespace else {})},
         }
-    pod = kube_pod.parse_pod(document, vendors, path=path)
+    pod = pod_json.parse_pod(document, vendors, path=path)
     validate.validate_pod(pod, path)
     return pod
 

@@ -57,8 +57,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
 
-from accounting import errors, kube_pod, numbers, owned_annotations, quoting, received_json
+from accounting import errors, numbers, owned_annotations, quoting, received_json
 from accounting.errors import InvalidInputError
+from accounting.kube import pod_json
 from services.admission import convert
 from services.admission.deadlines import ConnectionDeadlines
 from services.admission.servicer import QuotaChecker
@@ -239,7 +240,7 @@ def review_response(
                 path="request.object",
                 namespace=namespace if isinstance(namespace, str) else "",
             ),
-            lambda: kube_pod.names_extended_resources(obj),
+            lambda: pod_json.names_extended_resources(obj),
             via="admission-review",
         )
     except InvalidInputError as error:

@@ -2,7 +2,7 @@
 
 Layer: services/cli (a subcommand; talks to the usage recorder only to read its policy). Reads a
 Kubernetes Pod manifest (YAML or JSON; ``-`` reads stdin), parses it with the shared parser
-(accounting.kube_pod) and prints what accounting.explain computes:
+(accounting.kube.pod_json) and prints what accounting.explain computes:
 
 * a table per container and device: position, class, request, the container's own usage and,
   for a regular init container, its init-phase point (its own usage plus the sidecars declared
@@ -47,7 +47,7 @@ from accounting.explain import (
     Model,
     explain,
 )
-from accounting.kube_pod import DEFAULT_NAMESPACE, parse_pod
+from accounting.kube.pod_json import DEFAULT_NAMESPACE, parse_pod
 from accounting.model import DeviceRequest
 from accounting.pod import vendors_asked
 from accounting.policy import AccountingPolicy, policy_for

@@ -12,8 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Literal, Protocol, TypeVar
 
-from accounting import kube_node, kube_pod, limits, received_json, validate
+from accounting import limits, received_json, validate
 from accounting.errors import FieldViolation, InvalidInputError, Violations
+from accounting.kube import node_json, pod_json
 from accounting.model import (
     DEFAULT_DEVICE_MODE,
     Container,
@@ -104,7 +105,7 @@ def pod_source_asks_for_devices(request: PodSourceRequest) -> bool:
             document = received_json.json_object(request.kubernetes_pod_json, "kubernetes_pod_json")
         except InvalidInputError:
             return False
-        return kube_pod.names_extended_resources(document)
+        return pod_json.names_extended_resources(document)
     return False
 
 
@@ -122,7 +123,7 @@ def pod_from_source(
         return pod_from_pb(request.pod)
     if kind == "kubernetes_pod_json":
         path = "kubernetes_pod_json"
-        pod = kube_pod.parse_pod_json(request.kubernetes_pod_json, vendors, path=path)
+        pod = pod_json.parse_pod_json(request.kubernetes_pod_json, vendors, path=path)
         # The parser already checks what it reads; this is the same backstop the typed path has.
         validate.validate_pod(pod, path)
         return pod
@@ -145,7 +146,7 @@ def grants_as_sent(
     [1][0]``. For a pod whose own grants the rules checked (RecordPod, Reserve without
     ``container_grants``); other paths are kept."""
     if pod_source_kind(request) == "kubernetes_pod_json":
-        places = kube_pod.grant_paths(pod, vendors, path="kubernetes_pod_json")
+        places = pod_json.grant_paths(pod, vendors, path="kubernetes_pod_json")
     else:
         places = tuple(
             tuple(f"pod.containers[{c}].grants[{g}]" for g in range(len(container.grants)))
@@ -557,7 +558,7 @@ def devices_from_inventory_pb(
 def node_from_source(
     request: usage_pb2.RegisterNodeRequest,
     vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
-) -> kube_node.NodeRegistration:
+) -> node_json.NodeRegistration:
     """RegisterNode's node: typed inventory or Kubernetes Node JSON (every one of ``vendors``'
     devices read from it), validated.
 
@@ -573,11 +574,11 @@ def node_from_source(
                                f"got {len(request.node_name)} characters")
     if kind == "kubernetes_node_json":
         try:
-            node = kube_node.parse_node_json(request.kubernetes_node_json, vendors)
+            node = node_json.parse_node_json(request.kubernetes_node_json, vendors)
         except InvalidInputError as error:
             found.extend(error)
         found.raise_if_any()
-        return kube_node.NodeRegistration(request.node_name or node.node_name, node.devices)
+        return node_json.NodeRegistration(request.node_name or node.node_name, node.devices)
     if kind == "inventory":
         if not request.node_name:
             found.add("node_name", "must not be empty with an inventory")
@@ -587,7 +588,7 @@ def node_from_source(
             found.extend(error)
             devices = ()
         found.raise_if_any()
-        return kube_node.NodeRegistration(request.node_name, devices)
+        return node_json.NodeRegistration(request.node_name, devices)
     raise InvalidInputError.single(
         "node_source", "one of kubernetes_node_json or inventory is required"
     )

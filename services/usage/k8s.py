@@ -2,9 +2,9 @@
 
 Layer: services/usage (adapter). This module and the Leases' (services/usage/k8s_lease.py) are
 the only ones that import the ``kubernetes`` client. It turns API objects into accounting values
-with the pure parsers (``accounting.kube_pod``, ``accounting.kube_node``) and hands them to a
-``UsageSink`` (the store); it applies no accounting rule itself. This module is the list/watch
-reader; what is done with each object it reads is services/usage/k8s_objects.py's.
+with the pure parsers (``accounting.kube.pod_json``, ``accounting.kube.node_json``) and hands
+them to a ``UsageSink`` (the store); it applies no accounting rule itself. This module is the
+list/watch reader; what is done with each object it reads is services/usage/k8s_objects.py's.
 
 Per kind, one thread runs the reflector loop client-go users know: list (paginated), reconcile
 the sink against the list, then watch from the list's resourceVersion, resuming each watch from

@@ -3,7 +3,7 @@ ResourceQuotas applied to a ``UsageSink`` (the store), one at a time.
 
 Layer: services/usage (adapter). The list/watch reader is services/usage/k8s.py; it hands each
 list and each event here. Objects are the JSON the API server sent, read with the pure parsers
-(``accounting.kube_pod``, ``accounting.kube_node``); no accounting rule is applied here.
+(``accounting.kube.pod_json``, ``accounting.kube.node_json``); no accounting rule is applied here.
 
 No object can stop the source: one that its reader refuses, that the store refuses, or whose
 handling fails for any other reason is skipped with a warning naming it (kind,
@@ -19,9 +19,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from accounting import kube_node, kube_pod, numbers, quantity, received_json
+from accounting import numbers, received_json
 from accounting.annotations import VGPU_NODE_ANNOTATION
 from accounting.errors import InvalidInputError
+from accounting.kube import node_json, pod_json, quantity
 from accounting.limits import MAX_NODE_NAME_CHARS, MAX_QUOTA_LIMIT
 from accounting.model import Device, Pod
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
@@ -90,7 +91,7 @@ class UsageSink(Protocol):
 def quota_limits(quota: Mapping[str, Any], keys: Iterable[str] = QUOTA_KEYS) -> dict[str, int]:
     """The GPU limits of one ResourceQuota object (decoded JSON), from ``spec.hard``.
 
-    Only ``keys`` are read, as Kubernetes quantities (``accounting.quantity``): a whole
+    Only ``keys`` are read, as Kubernetes quantities (``accounting.kube.quantity``): a whole
     number from 0 to ``MAX_QUOTA_LIMIT`` (10^12), whatever its suffix ("24576", "24Ki", "2k");
     anything else ("1.5", "500m", "abc", a negative number, "1e15") is skipped with a warning.
     """
@@ -223,7 +224,7 @@ class SinkFeeder:
         self._quota_keys = tuple(quota_keys(policy.vendors))
         # Node and quota state, each touched only by its own kind's thread.
         self._node_registrations: dict[str, str] = {}
-        """Node name -> what its devices were last read from (kube_node.registration_key)."""
+        """Node name -> what its devices were last read from (node_json.registration_key)."""
         self._quotas: dict[str, dict[str, dict[str, int]]] = {}
         """Namespace -> ResourceQuota name -> its GPU limits."""
         self._quota_sent: dict[str, dict[str, int]] = {}
@@ -321,7 +322,7 @@ class SinkFeeder:
         # what is wrong, never the pod spec. Text UTF-8 cannot carry is such a pod: stored, it
         # would fail every read and the journal.
         received_json.check_text(obj)
-        pod = kube_pod.parse_pod(obj, self._vendors)
+        pod = pod_json.parse_pod(obj, self._vendors)
         self._deliver(functools.partial(self._sink.record_pod, pod))
 
     # -- nodes ---------------------------------------------------------------------------------
@@ -331,7 +332,7 @@ class SinkFeeder:
         listed: set[str] = set()
         for item in items:
             name = object_metadata(item).get("name")
-            if isinstance(name, str) and name and kube_node.has_devices(item, self._vendors):
+            if isinstance(name, str) and name and node_json.has_devices(item, self._vendors):
                 who = ObjectRef.of("node", item)
                 listed.add(who.key)
                 registered.add(name)
@@ -347,7 +348,7 @@ class SinkFeeder:
         name = object_metadata(obj).get("name")
         if not isinstance(name, str) or not name:
             return
-        annotated = kube_node.has_devices(obj, self._vendors)
+        annotated = node_json.has_devices(obj, self._vendors)
         if event_type == "DELETED":
             if annotated or name in self._node_registrations:
                 self._forget_node(name)
@@ -359,13 +360,13 @@ class SinkFeeder:
 
     def _register_node(self, obj: dict[str, Any], *, unchanged_ok: bool) -> None:
         name = str(object_metadata(obj).get("name"))
-        annotation = kube_node.registration_key(obj, self._vendors)
+        annotation = node_json.registration_key(obj, self._vendors)
         # Nodes are updated often (status, heartbeats); only a new inventory is news.
         if unchanged_ok and self._node_registrations.get(name) == annotation:
             return
         # Raises InvalidInputError for devices that do not read: the node keeps what it had.
         received_json.check_text(obj)
-        registration = kube_node.parse_node(obj, self._vendors)
+        registration = node_json.parse_node(obj, self._vendors)
         self._deliver(
             functools.partial(
                 self._sink.register_node, registration.node_name, registration.devices

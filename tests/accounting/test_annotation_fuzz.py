@@ -4,8 +4,8 @@ For each vendor of the table (``tests/support/vendor_cases.py``: a node and a sc
 HAMi writes them), Hypothesis mutates one annotation of the node (its register annotation, a
 capacity, a label) or of the pod (its allocation annotations, a resource limit) with the
 hostile tokens of ``tests/support/mutations.py`` — numbers of 4,301 digits, ``"²"``, other
-scripts' digits, separators, long ids — and reads the result with ``kube_node.parse_node`` or
-``kube_pod.parse_pod`` under every vendor at once. Each read must
+scripts' digits, separators, long ids — and reads the result with ``node_json.parse_node`` or
+``pod_json.parse_pod`` under every vendor at once. Each read must
 
 * return, or raise ``InvalidInputError`` (Python's ``ValueError`` from ``int()``, a
   ``KeyError`` or a ``TypeError`` is a bug: it reached the services as ``INTERNAL``);
@@ -28,8 +28,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accounting import kube_node, kube_pod
 from accounting.errors import InvalidInputError
+from accounting.kube import node_json, pod_json
 from accounting.limits import MAX_DEVICE_ID_CHARS
 from accounting.vendor_spec import VendorResources
 from accounting.vendors import VENDORS
@@ -126,8 +126,8 @@ def mutated(target: Target, rng: random.Random) -> tuple[str, Json]:
 
 def read(what: str, obj: Json, vendors: tuple[VendorResources, ...]) -> Any:
     if what == "node":
-        return kube_node.parse_node(obj, vendors)
-    return kube_pod.parse_pod(obj, vendors)
+        return node_json.parse_node(obj, vendors)
+    return pod_json.parse_pod(obj, vendors)
 
 
 def device_ids(what: str, result: Any) -> list[str]:

@@ -20,7 +20,7 @@ from accounting.explain import (
     Source,
     explain,
 )
-from accounting.kube_pod import parse_pod
+from accounting.kube.pod_json import parse_pod
 from accounting.model import ContainerClass, Pod
 from accounting.pod import effective_request, effective_usage, steady_state_usage, usage_totals
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources

@@ -1,8 +1,9 @@
 """HAMi's fit test tables (tests/support/hami_fit_cases.py) through accounting.fit.fit_pod.
 
 Each case is read the way the scheduler daemon reads it: the pod from its Kubernetes JSON
-(``accounting.kube_pod``), the quota from ``limits.nvidia.com/*`` keys, every node of the case a
-candidate; the node, the cards per container and each failed node's reason must be HAMi's.
+(``accounting.kube.pod_json``), the quota from ``limits.nvidia.com/*`` keys, every node of the
+case a candidate; the node, the cards per container and each failed node's reason must be
+HAMi's.
 The same cases run through the Filter RPC in tests/scheduler/test_hami_filter_cases.py.
 """
 
@@ -10,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from accounting import kube_pod
 from accounting.fit import NodeState, QuotaContext, fit_node, fit_pod
+from accounting.kube import pod_json
 from accounting.model import QuotaItem
 from accounting.quota import quota_items_from_limits
 from accounting.vendors import NVIDIA_RESOURCES
@@ -38,7 +39,7 @@ def nodes(case: HamiCase) -> list[NodeState]:
 
 @pytest.mark.parametrize("case", hami_fit_cases.ALL, ids=lambda c: c.id)
 def test_hami_fit_case(case: HamiCase) -> None:
-    pod = kube_pod.parse_pod(case.pod(uid=f"uid-{case.id.split()[0]}"))
+    pod = pod_json.parse_pod(case.pod(uid=f"uid-{case.id.split()[0]}"))
     quota = quota_context(case)
 
     result = fit_pod(
@@ -55,7 +56,7 @@ def test_hami_fit_case(case: HamiCase) -> None:
 
 @pytest.mark.parametrize("case", hami_fit_cases.ALL, ids=lambda c: c.id)
 def test_hami_fit_case_equals_the_naive_fit_on_every_node(case: HamiCase) -> None:
-    pod = kube_pod.parse_pod(case.pod(uid="uid-naive"))
+    pod = pod_json.parse_pod(case.pod(uid="uid-naive"))
     quota = quota_context(case)
     for node in nodes(case):
         assert fit_node(pod, node, gpu_policy=case.gpu_policy, quota=quota) == naive_fit_node(
@@ -67,7 +68,7 @@ def test_the_quota_takes_part_in_the_choice_of_card() -> None:
     # Q3: checked once on the card spread would take (device4, 6000 MiB), the node would be
     # refused; checked per card, the walk goes on to the 2000 MiB card that fits the quota.
     case = hami_fit_cases.RESOURCE_QUOTA[2]
-    pod = kube_pod.parse_pod(case.pod(uid="uid-q3"))
+    pod = pod_json.parse_pod(case.pod(uid="uid-q3"))
     node = nodes(case)[0]
     unlimited = fit_node(pod, node)
     limited = fit_node(pod, node, quota=quota_context(case))

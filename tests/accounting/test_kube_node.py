@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from accounting import kube_node
 from accounting.errors import InvalidInputError
+from accounting.kube import node_json
 from accounting.model import Device
 
 REGISTER_KEY = "hami.io/node-nvidia-register"
@@ -54,10 +54,10 @@ W9_REGISTER = json.dumps(
 
 
 def test_w9_index_numa_and_health_omitted_by_go_read_as_zero_and_false() -> None:
-    node = kube_node.parse_node(
+    node = node_json.parse_node(
         node_obj(annotations={REGISTER_KEY: W9_REGISTER, "hami.io/node-handshake": "Reported"})
     )
-    assert node == kube_node.NodeRegistration(
+    assert node == node_json.NodeRegistration(
         "gpu-node-1",
         (
             Device("GPU-0", "NVIDIA A10", 0, 10, 24576, 100, numa=0, healthy=False),
@@ -72,7 +72,7 @@ def test_w9_index_numa_and_health_omitted_by_go_read_as_zero_and_false() -> None
     ids=["no annotations", "empty annotations", "other annotations only"],
 )
 def test_a_node_without_the_annotation_has_no_devices(annotations: Any) -> None:
-    assert kube_node.parse_node(node_obj(annotations=annotations)) == kube_node.NodeRegistration(
+    assert node_json.parse_node(node_obj(annotations=annotations)) == node_json.NodeRegistration(
         "gpu-node-1", ()
     )
 
@@ -80,7 +80,7 @@ def test_a_node_without_the_annotation_has_no_devices(annotations: Any) -> None:
 def test_a_nameless_node_and_a_bad_annotation_are_reported_together() -> None:
     obj = node_obj(name=None, annotations={REGISTER_KEY: '[{"id":"GPU-0","devmem":-1}]'})
     with pytest.raises(InvalidInputError) as raised:
-        kube_node.parse_node(obj)
+        node_json.parse_node(obj)
     assert [str(violation) for violation in raised.value.violations] == [
         "metadata.name: must be a non-empty string",
         f"{REGISTER_PATH}[0].devmem: must be an integer between 0 and 2147483647, got -1",
@@ -90,7 +90,7 @@ def test_a_nameless_node_and_a_bad_annotation_are_reported_together() -> None:
 def test_the_legacy_comma_format_is_refused() -> None:
     obj = node_obj(annotations={REGISTER_KEY: "GPU-0,10,24576,100,NVIDIA-Tesla T4,0,true:"})
     with pytest.raises(InvalidInputError) as raised:
-        kube_node.parse_node(obj)
+        node_json.parse_node(obj)
     (violation,) = raised.value.violations
     assert violation.path == REGISTER_PATH
     assert "legacy comma format" in violation.message
@@ -98,21 +98,21 @@ def test_the_legacy_comma_format_is_refused() -> None:
 
 def test_wrong_json_types_are_reported() -> None:
     with pytest.raises(InvalidInputError) as raised:
-        kube_node.parse_node(node_obj(annotations={REGISTER_KEY: 42}))
+        node_json.parse_node(node_obj(annotations={REGISTER_KEY: 42}))
     assert str(raised.value) == f"{REGISTER_PATH}: must be a string"
     with pytest.raises(InvalidInputError) as raised:
-        kube_node.parse_node(node_obj(annotations=["x"]))
+        node_json.parse_node(node_obj(annotations=["x"]))
     assert str(raised.value) == "metadata.annotations: must be an object"
 
 
 def test_parse_node_json_prefixes_paths() -> None:
     raw = json.dumps(node_obj(annotations={REGISTER_KEY: W9_REGISTER})).encode()
-    assert kube_node.parse_node_json(raw).node_name == "gpu-node-1"
+    assert node_json.parse_node_json(raw).node_name == "gpu-node-1"
 
     with pytest.raises(InvalidInputError) as raised:
-        kube_node.parse_node_json(json.dumps(node_obj(name="")))
+        node_json.parse_node_json(json.dumps(node_obj(name="")))
     assert str(raised.value) == "kubernetes_node_json.metadata.name: must be a non-empty string"
 
     with pytest.raises(InvalidInputError) as raised:
-        kube_node.parse_node_json(b"not json")
+        node_json.parse_node_json(b"not json")
     assert [v.path for v in raised.value.violations] == ["kubernetes_node_json"]

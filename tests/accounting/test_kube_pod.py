@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accounting import kube_pod
 from accounting.errors import InvalidInputError
 from accounting.fit import NodeState, fit_node
+from accounting.kube import pod_json
+from accounting.kube.quantity import parse_quantity
 from accounting.model import (
     ContainerClass,
     ContainerState,
@@ -24,7 +25,6 @@ from accounting.model import (
     DeviceState,
     PodPhase,
 )
-from accounting.quantity import parse_quantity
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 from tests.support.vendors import ACME_SPEC, registered
 
@@ -155,7 +155,7 @@ def nvidia(
 
 
 def test_classes_follow_restart_policy_and_declaration_order() -> None:
-    pod = kube_pod.parse_pod(
+    pod = pod_json.parse_pod(
         pod_obj(
             init=[
                 container("fetch"),
@@ -177,7 +177,7 @@ def test_classes_follow_restart_policy_and_declaration_order() -> None:
 def test_metadata_is_read_and_a_missing_namespace_is_default() -> None:
     obj = pod_obj(annotations={"hami.io/traceparent": "00-abc-def-01", "team": "a"})
     del obj["metadata"]["namespace"]
-    pod = kube_pod.parse_pod(obj)
+    pod = pod_json.parse_pod(obj)
     assert (pod.uid, pod.namespace, pod.name) == (
         "6d0a4c1e-2b7f-4f4e-9a53-0f1f0b6c1a11",
         "default",
@@ -334,7 +334,7 @@ REQUEST_CASES = [
 @pytest.mark.parametrize("case", REQUEST_CASES, ids=lambda case: case.name)
 def test_requests_follow_hami(case: RequestCase) -> None:
     obj = pod_obj(apps=[container("main", limits=case.limits, requests=case.requests)])
-    pod = kube_pod.parse_pod(obj, vendors=(case.vendor,))
+    pod = pod_json.parse_pod(obj, vendors=(case.vendor,))
     assert pod.containers[0].requests == case.want
 
 
@@ -460,7 +460,7 @@ REFUSED_CASES = [
 def test_a_request_is_charged_as_asked_or_refused(case: RefusedCase) -> None:
     obj = pod_obj(apps=[container("main", limits=case.limits, requests=case.requests)])
     with pytest.raises(InvalidInputError) as raised:
-        kube_pod.parse_pod(obj, vendors=(case.vendor,))
+        pod_json.parse_pod(obj, vendors=(case.vendor,))
     assert [str(violation) for violation in raised.value.violations] == [case.want]
 
 
@@ -486,7 +486,7 @@ def test_no_quantity_reads_as_no_gpu_or_zero_cores(resource: str, text: str) -> 
     limits[resource] = text
     obj = pod_obj(apps=[container("main", limits=limits)])
     try:
-        pod = kube_pod.parse_pod(obj)
+        pod = pod_json.parse_pod(obj)
     except InvalidInputError as error:
         assert [v.path for v in error.violations] == [
             f'spec.containers[0].resources.limits["{resource}"]'
@@ -519,7 +519,7 @@ def test_each_vendor_gets_its_own_request() -> None:
         ]
     )
     with registered():
-        pod = kube_pod.parse_pod(obj, vendors=(NVIDIA_RESOURCES, other))
+        pod = pod_json.parse_pod(obj, vendors=(NVIDIA_RESOURCES, other))
     assert pod.containers[0].requests == (
         DeviceRequest("NVIDIA", 1, 1000, 0, 0),
         DeviceRequest("Acme", 2, 500, 0, 5),
@@ -541,7 +541,7 @@ def test_a_gpu_less_init_container_keeps_its_position() -> None:
             "hami.io/vgpu-node": "gpu-node-1",
         },
     )
-    pod = kube_pod.parse_pod(obj)
+    pod = pod_json.parse_pod(obj)
     assert [c.grants for c in pod.containers] == [
         (),
         (DeviceGrant("GPU-A", "NVIDIA", 16000, 0),),
@@ -566,7 +566,7 @@ def test_a_gpu_less_init_container_keeps_its_position() -> None:
     ],
 )
 def test_node_name(annotations: dict[str, str], node_name: str | None, want: str) -> None:
-    pod = kube_pod.parse_pod(pod_obj(annotations=annotations, node_name=node_name))
+    pod = pod_json.parse_pod(pod_obj(annotations=annotations, node_name=node_name))
     assert pod.node_name == want
 
 
@@ -583,7 +583,7 @@ def test_statuses_phase_and_exit_codes() -> None:
             "containerStatuses": [waiting("main", "ContainerCreating")],
         },
     )
-    pod = kube_pod.parse_pod(obj)
+    pod = pod_json.parse_pod(obj)
     assert pod.phase is PodPhase.RUNNING
     assert pod.init_container_statuses == (
         ContainerStatus("fetch", ContainerState.TERMINATED, exit_code=0),
@@ -598,13 +598,13 @@ def test_a_failed_init_container_keeps_its_exit_code() -> None:
         init=[container("fetch")],
         status={"phase": "Pending", "initContainerStatuses": [terminated("fetch", 1, 3)]},
     )
-    (status,) = kube_pod.parse_pod(obj).init_container_statuses
+    (status,) = pod_json.parse_pod(obj).init_container_statuses
     assert status == ContainerStatus("fetch", ContainerState.TERMINATED, 1, 3)
 
 
 def test_a_status_without_a_state_is_unknown_and_no_phase_is_pending() -> None:
     obj = pod_obj(status={"containerStatuses": [{"name": "main", "state": {}}]})
-    pod = kube_pod.parse_pod(obj)
+    pod = pod_json.parse_pod(obj)
     assert pod.phase is PodPhase.PENDING
     assert pod.container_statuses == (ContainerStatus("main", ContainerState.UNKNOWN),)
 
@@ -613,7 +613,7 @@ def test_deletion_timestamp_marks_the_pod_terminating() -> None:
     obj = pod_obj()
     obj["metadata"]["deletionTimestamp"] = "2026-09-01T11:00:00Z"
     obj["metadata"]["deletionGracePeriodSeconds"] = 30
-    assert kube_pod.parse_pod(obj).terminating
+    assert pod_json.parse_pod(obj).terminating
 
 
 def test_parse_pod_json_reads_go_output() -> None:
@@ -621,11 +621,11 @@ def test_parse_pod_json_reads_go_output() -> None:
         init=[container("proxy", limits={"nvidia.com/gpu": "1"}, restart_policy="Always")],
         annotations={ALLOCATED_KEY: "GPU-A,NVIDIA,24576,100:;;"},
     )
-    pod = kube_pod.parse_pod_json(json.dumps(obj).encode())
+    pod = pod_json.parse_pod_json(json.dumps(obj).encode())
     assert pod.containers[0].container_class is ContainerClass.SIDECAR
     assert pod.containers[0].grants == (DeviceGrant("GPU-A", "NVIDIA", 24576, 100),)
     assert pod.containers[1].grants == ()
-    assert pod == kube_pod.parse_pod(obj)
+    assert pod == pod_json.parse_pod(obj)
 
 
 # -- bad input: every offending field at once -----------------------------------------------------
@@ -804,27 +804,27 @@ BAD_POD_CASES = [
 @pytest.mark.parametrize("case", BAD_POD_CASES, ids=lambda case: case.name)
 def test_bad_pods_name_every_offending_field(case: BadPodCase) -> None:
     with pytest.raises(InvalidInputError) as raised:
-        kube_pod.parse_pod(case.obj)
+        pod_json.parse_pod(case.obj)
     assert [str(violation) for violation in raised.value.violations] == case.want
 
 
 def test_parse_pod_json_prefixes_paths_and_refuses_invalid_json() -> None:
     with pytest.raises(InvalidInputError) as raised:
-        kube_pod.parse_pod_json(b'{"metadata": {')
+        pod_json.parse_pod_json(b'{"metadata": {')
     assert [v.path for v in raised.value.violations] == ["kubernetes_pod_json"]
 
     with pytest.raises(InvalidInputError) as raised:
-        kube_pod.parse_pod_json(b"[" * 100_000)
+        pod_json.parse_pod_json(b"[" * 100_000)
     assert str(raised.value) == "kubernetes_pod_json: not valid JSON (nested too deeply)"
 
     with pytest.raises(InvalidInputError) as raised:
-        kube_pod.parse_pod_json(b"[]")
+        pod_json.parse_pod_json(b"[]")
     assert str(raised.value) == "kubernetes_pod_json: must be a JSON object, got an array"
 
     obj = pod_obj()
     del obj["metadata"]["uid"]
     with pytest.raises(InvalidInputError) as raised:
-        kube_pod.parse_pod_json(json.dumps(obj))
+        pod_json.parse_pod_json(json.dumps(obj))
     assert str(raised.value) == "kubernetes_pod_json.metadata.uid: must not be empty"
 
 
@@ -870,7 +870,7 @@ HAMI_CORE_CAP_CASES = [
 
 @pytest.mark.parametrize("case", HAMI_CORE_CAP_CASES, ids=lambda case: case.source)
 def test_cores_above_100_fit_as_hami_fits_them(case: HamiFitCase) -> None:
-    pod = kube_pod.parse_pod(pod_obj(apps=[container("main", limits=case.limits)]))
+    pod = pod_json.parse_pod(pod_obj(apps=[container("main", limits=case.limits)]))
     d = case.device
     device = Device("dev-0", "NVIDIA A10", 0, d["Count"], d["Totalmem"], d["Totalcore"])
     node = NodeState("node1", (DeviceState(device, d["Usedmem"], d["Usedcores"], d["Used"]),))
@@ -887,7 +887,7 @@ def test_json_numbers_are_read_exactly_and_reported_short() -> None:
     obj["status"] = {"containerStatuses": [{"name": "main", "restartCount": 1.5}]}
     raw = json.dumps(obj).replace('"nvidia.com/gpucores": 1', '"nvidia.com/gpucores": 1e400')
     with pytest.raises(InvalidInputError) as raised:
-        kube_pod.parse_pod_json(raw)
+        pod_json.parse_pod_json(raw)
     # 1e400 is not a float overflowing to inf: it is read exactly, as cores above 100.
     assert [str(v) for v in raised.value.violations] == [
         "kubernetes_pod_json.status.containerStatuses[0].restartCount: "
@@ -895,5 +895,5 @@ def test_json_numbers_are_read_exactly_and_reported_short() -> None:
     ]
     obj["status"] = {}
     raw = json.dumps(obj).replace('"nvidia.com/gpucores": 1', '"nvidia.com/gpucores": 1e400')
-    pod = kube_pod.parse_pod_json(raw)
+    pod = pod_json.parse_pod_json(raw)
     assert pod.containers[0].requests[0].core_percent == 100

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from accounting import hami_codec, kube_pod, mig
+from accounting import hami_codec, mig
 from accounting.allocation import allocation_annotations
 from accounting.errors import InvalidInputError
 from accounting.fit import NodeState, fit_node
+from accounting.kube import pod_json
 from accounting.ledger import Ledger
 from accounting.limits import MAX_MIG_SLICES
 from accounting.model import (
@@ -424,7 +425,7 @@ def _kube_pod(
                                  else {}}}
         for name, _ in inits
     ]
-    return kube_pod.parse_pod({
+    return pod_json.parse_pod({
         "metadata": {"uid": uid, "name": uid, "namespace": "default", "annotations": annotations},
         "spec": {
             "initContainers": [container(n, m) for n, m in inits],

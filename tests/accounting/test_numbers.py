@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accounting import numbers, quantity
+from accounting import numbers
 from accounting.errors import FieldViolation, InvalidInputError, Violations
+from accounting.kube import quantity
 from accounting.limits import INT32_MAX, INT32_MIN
 from accounting.validate import check_integer_text, check_json_integer
 

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from accounting import kube_pod
 from accounting.errors import InvalidInputError
+from accounting.kube import pod_json
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
 from accounting.vendors import HYGON_SPEC, NVIDIA_RESOURCES, VendorResources
 from hami.accounting.v1 import types_pb2
@@ -97,9 +97,9 @@ def test_the_wire_form_round_trips_and_is_checked_against_its_fingerprint() -> N
 def test_a_pod_naming_no_extended_resource_asks_for_no_device_under_any_policy(
     spec: dict[str, object], names: bool
 ) -> None:
-    assert kube_pod.names_extended_resources({"spec": spec}) is names
+    assert pod_json.names_extended_resources({"spec": spec}) is names
     if not names and isinstance(spec.get("containers"), list):
         document = {"metadata": {"uid": "u", "namespace": "n", "name": "p"}, "spec": spec}
         for vendors in ((), DEFAULT_POLICY.vendors, (OTHER_VENDOR,)):
-            parsed = kube_pod.parse_pod(document, vendors)
+            parsed = pod_json.parse_pod(document, vendors)
             assert not any(c.requests for c in parsed.containers)

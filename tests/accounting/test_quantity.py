@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes.utils.quantity import parse_quantity as kubernetes_parse_quantity
 
-from accounting.quantity import (
+from accounting.kube.quantity import (
     MAX_QUANTITY_CHARS,
     QuantityError,
     describe,

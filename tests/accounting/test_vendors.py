@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from accounting import kube_node, kube_pod, kunlun, vendor_fit, vendors
+from accounting import kunlun, vendor_fit, vendors
 from accounting.allocation import allocation_annotations
 from accounting.errors import InvalidInputError
 from accounting.fit import NodeState, fit_node
+from accounting.kube import node_json, pod_json
 from accounting.model import Device, DeviceRequest, DeviceState, Pod
 from accounting.pod import size_request
 from accounting.policy import AccountingPolicy, policy_for
@@ -255,11 +256,11 @@ def test_a_containers_resources_become_hamis_request(case: RequestCase) -> None:
     }
     if isinstance(case.want, str):
         with pytest.raises(InvalidInputError) as caught:
-            kube_pod.parse_pod(obj, ALL.vendors)
+            pod_json.parse_pod(obj, ALL.vendors)
         assert case.want in str(caught.value)
         assert "spec.containers[0].resources" in caught.value.violations[0].path
         return
-    pod = kube_pod.parse_pod(obj, ALL.vendors)
+    pod = pod_json.parse_pod(obj, ALL.vendors)
     if case.want is None:
         assert pod.containers[0].requests == ()
         return
@@ -358,21 +359,21 @@ NODE_CASES = [
 def test_a_nodes_devices_are_read_as_hami_reads_them(case: NodeCase) -> None:
     if isinstance(case.want, str):
         with pytest.raises(InvalidInputError) as caught:
-            kube_node.parse_node(case.node, ALL.vendors)
+            node_json.parse_node(case.node, ALL.vendors)
         assert case.want in str(caught.value)
         return
-    registration = kube_node.parse_node(case.node, ALL.vendors)
+    registration = node_json.parse_node(case.node, ALL.vendors)
     assert tuple(
         (d.uuid, d.vendor, d.slots_total, d.memory_total_mib, d.core_percent_total)
         for d in registration.devices
     ) == case.want
-    assert kube_node.has_devices(case.node, ALL.vendors)
+    assert node_json.has_devices(case.node, ALL.vendors)
 
 
 def test_a_vendor_the_policy_leaves_out_is_not_read() -> None:
     node = _node({"hami.io/node-dcu-register": "test-0,1,1024,100,DCU,0,true,0,test:"})
-    assert kube_node.parse_node(node).devices == ()
-    assert not kube_node.has_devices(node)
+    assert node_json.parse_node(node).devices == ()
+    assert not node_json.has_devices(node)
 
 
 # -- what a placement charges and writes ---------------------------------------------------------
@@ -572,8 +573,8 @@ DRS_CAPACITY = ('{"devices":[{"index":"0","minor":"0","capacity":6}],'
 )
 def test_enflame_drs_charges_the_profile(limits: dict[str, str],
                                          want: tuple[int, int, int, str] | str) -> None:
-    node = kube_node.parse_node(_node({"enflame.com/gcu-drs-capacity": DRS_CAPACITY}), ALL.vendors)
-    pod = kube_pod.parse_pod({"metadata": {"uid": "u", "name": "pod-gcu-example1",
+    node = node_json.parse_node(_node({"enflame.com/gcu-drs-capacity": DRS_CAPACITY}), ALL.vendors)
+    pod = pod_json.parse_pod({"metadata": {"uid": "u", "name": "pod-gcu-example1",
                                            "namespace": "ns"},
                               "spec": {"containers": [{"name": "pod-gcu-example1",
                                                        "resources": {"limits": limits}}]}},
@@ -648,7 +649,7 @@ def test_ascend_hami_core_needs_a_node_that_supports_it() -> None:
         "main", DeviceRequest("Ascend910A", 1, 15360, 0, 20)).build()
     vendor = (spec_for("Ascend910A").resources,)
     for annotation, fits, reason in (("false", False, "1/1 ModeNotFit"), ("true", True, "")):
-        node = kube_node.parse_node(_node({"hami.io/node-register-Ascend910A": register,
+        node = node_json.parse_node(_node({"hami.io/node-register-Ascend910A": register,
                                            "hami-vnpu-core": annotation}), vendor)
         fit = fit_node(pod, NodeState("n", tuple(DeviceState(d) for d in node.devices)),
                        vendors=vendor)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from accounting.counting_rules import CountingRule
-from accounting.kube_node import NodeRegistration
+from accounting.kube.node_json import NodeRegistration
 from accounting.model import ContainerClass, Pod
 from accounting.whatif.replay import Outcome, RuleResult, replay
 from accounting.whatif.workload import ReplayPod, Workload

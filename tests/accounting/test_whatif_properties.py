@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from accounting.counting_rules import CountingRule
 from accounting.fit import NodeFit, NodeState, QuotaContext, fit_pod
-from accounting.kube_node import NodeRegistration
+from accounting.kube.node_json import NodeRegistration
 from accounting.model import NVIDIA, Container, ContainerClass, Device, DeviceRequest, Pod
 from accounting.whatif import replay as replay_module
 from accounting.whatif.replay import Outcome, ReplaySettings, replay

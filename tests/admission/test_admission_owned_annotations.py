@@ -24,7 +24,7 @@ from admission_support import (
     typed_request,
 )
 
-from accounting import kube_pod as kube_pod_parser
+from accounting.kube import pod_json as kube_pod_parser
 from accounting.vendors import ALL_VENDORS
 from services.admission.config import AdmissionConfig
 from services.common.config import ConfigError

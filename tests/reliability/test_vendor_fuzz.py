@@ -33,7 +33,7 @@ import pytest
 from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
-from accounting import kube_node
+from accounting.kube import node_json
 from accounting.vendors import VENDORS
 from hami.accounting.v1 import (
     admission_pb2,
@@ -136,7 +136,7 @@ class Fuzzer:
                      NODE_ROOTS, node_name=name)
 
     def typed_inventory(self, case: VendorCase, number: int) -> Input:
-        devices = [device_to_pb(d) for d in kube_node.parse_node(case.node,
+        devices = [device_to_pb(d) for d in node_json.parse_node(case.node,
                                                                  self.every_vendor).devices]
         name = f"fuzz-typed-{number}"
         device = self.rng.choice(devices)

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from accounting import kube_pod as kube_pod_parser
+from accounting.kube import pod_json as kube_pod_parser
 from hami.accounting.v1 import (
     scheduler_pb2,
     scheduler_pb2_grpc,

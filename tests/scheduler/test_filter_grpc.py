@@ -18,7 +18,7 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
-from accounting import kube_pod as kube_pod_parser
+from accounting.kube import pod_json as kube_pod_parser
 from hami.accounting.v1 import scheduler_pb2, types_pb2
 from services.scheduler import metrics as scheduler_metrics
 from tests.scheduler.conftest import (

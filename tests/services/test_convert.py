@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accounting.errors import InvalidInputError
-from accounting.kube_node import NodeRegistration
+from accounting.kube.node_json import NodeRegistration
 from accounting.limits import MAX_DEVICES_PER_CONTAINER, MAX_GRANT_SLOTS
 from accounting.model import (
     Container,

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 import pytest
 
-from accounting import kube_pod as kube_pod_parser
+from accounting.kube import pod_json as kube_pod_parser
 from hami.accounting.v1 import types_pb2, usage_pb2, usage_pb2_grpc
 from services.common import convert
 from tests.support.pods import (

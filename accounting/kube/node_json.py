@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from accounting import hami_codec, numbers, quantity
+from accounting import hami_codec, numbers
 from accounting.errors import InvalidInputError, Violations
+from accounting.kube import quantity
 from accounting.limits import INT32_MAX, MAX_DEVICES_PER_NODE, MAX_NODE_NAME_CHARS
 from accounting.model import Device
 from accounting.quoting import json_kind, quote
