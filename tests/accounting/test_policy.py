@@ -11,7 +11,7 @@ from accounting.kube import pod_json
 from accounting.policy import DEFAULT_POLICY, AccountingPolicy
 from accounting.vendors import HYGON_SPEC, NVIDIA_RESOURCES, VendorResources
 from hami.accounting.v1 import types_pb2
-from services.common import convert
+from services.common.convert import policy_messages
 
 OTHER_VENDOR = HYGON_SPEC.resources
 
@@ -68,15 +68,15 @@ def test_a_policy_the_rules_cannot_run_under_is_refused_naming_every_field() -> 
 
 def test_the_wire_form_round_trips_and_is_checked_against_its_fingerprint() -> None:
     policy = AccountingPolicy((NVIDIA_RESOURCES, OTHER_VENDOR), enforce_gpu_count=False)
-    pb = convert.policy_to_pb(policy)
+    pb = policy_messages.policy_to_pb(policy)
 
     assert pb.policy_id == policy.policy_id
-    assert convert.policy_from_pb(pb) == policy
+    assert policy_messages.policy_from_pb(pb) == policy
     pb.vendors[0].memory_factor = 3  # a setting the fingerprint does not account for
     with pytest.raises(InvalidInputError, match="does not match"):
-        convert.policy_from_pb(pb)
+        policy_messages.policy_from_pb(pb)
     with pytest.raises(InvalidInputError) as caught:
-        convert.policy_from_pb(types_pb2.AccountingPolicy())
+        policy_messages.policy_from_pb(types_pb2.AccountingPolicy())
     assert caught.value.violations[0].path == "policy.vendors"
 
 

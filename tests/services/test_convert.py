@@ -27,7 +27,7 @@ from accounting.model import (
     QuotaItem,
 )
 from hami.accounting.v1 import admission_pb2, scheduler_pb2, types_pb2, usage_pb2
-from services.common import convert
+from services.common.convert import grant_messages, node_messages, pod_messages, quota_messages
 
 INT32_MAX = 2**31 - 1
 
@@ -68,12 +68,12 @@ def sample_pod() -> Pod:
 
 def test_pod_round_trips() -> None:
     pod = sample_pod()
-    assert convert.pod_from_pb(convert.pod_to_pb(pod)) == pod
+    assert pod_messages.pod_from_pb(pod_messages.pod_to_pb(pod)) == pod
 
 
 def test_pod_round_trips_through_the_wire_bytes() -> None:
-    wire = convert.pod_to_pb(sample_pod()).SerializeToString()
-    assert convert.pod_from_pb(types_pb2.Pod.FromString(wire)) == sample_pod()
+    wire = pod_messages.pod_to_pb(sample_pod()).SerializeToString()
+    assert pod_messages.pod_from_pb(types_pb2.Pod.FromString(wire)) == sample_pod()
 
 
 def test_a_request_reads_each_wire_field_into_its_own() -> None:
@@ -82,12 +82,12 @@ def test_a_request_reads_each_wire_field_into_its_own() -> None:
     pb = types_pb2.DeviceRequest(
         vendor="X", count=2, memory_mib=3, memory_percent=4, core_percent=5, slices=6
     )
-    request = convert.request_from_pb(pb)
+    request = pod_messages.request_from_pb(pb)
     assert request == DeviceRequest(
         vendor="X", count=2, memory_mib=3, memory_percent=4, core_percent=5, slices=6
     )
     assert not request.memory_unscaled
-    table = convert._REQUEST_FIELDS
+    table = pod_messages._REQUEST_FIELDS
     assert {domain: getattr(request, domain) for domain, _ in table} == {
         domain: getattr(pb, wire) for domain, wire in table
     }
@@ -148,17 +148,17 @@ def pods(draw: st.DrawFn) -> Pod:
 @settings(max_examples=300)
 @given(pods())
 def test_every_valid_pod_round_trips(pod: Pod) -> None:
-    assert convert.pod_from_pb(convert.pod_to_pb(pod)) == pod
+    assert pod_messages.pod_from_pb(pod_messages.pod_to_pb(pod)) == pod
 
 
 def test_an_unreported_phase_reads_as_pending() -> None:
-    pb = convert.pod_to_pb(sample_pod())
+    pb = pod_messages.pod_to_pb(sample_pod())
     pb.status.phase = types_pb2.POD_PHASE_UNSPECIFIED
-    assert convert.pod_from_pb(pb).phase is PodPhase.PENDING
+    assert pod_messages.pod_from_pb(pb).phase is PodPhase.PENDING
 
 
 def test_bad_typed_pods_name_every_offending_field() -> None:
-    pb = convert.pod_to_pb(sample_pod())
+    pb = pod_messages.pod_to_pb(sample_pod())
     pb.uid = ""
     pb.containers[0].container_class = types_pb2.CONTAINER_CLASS_UNSPECIFIED
     pb.containers[1].container_class = 9  # type: ignore[assignment]  # a newer client's value
@@ -166,7 +166,7 @@ def test_bad_typed_pods_name_every_offending_field() -> None:
     pb.containers[2].requests[0].memory_mib = INT32_MAX + 1
     pb.status.container_statuses[0].state = 7  # type: ignore[assignment]
     with pytest.raises(InvalidInputError) as raised:
-        convert.pod_from_pb(pb)
+        pod_messages.pod_from_pb(pb)
     assert [str(violation) for violation in raised.value.violations] == [
         "pod.containers[0].container_class: must be set",
         "pod.containers[1].container_class: must be INIT, SIDECAR or APP, got unknown value 9",
@@ -184,7 +184,7 @@ def test_a_huge_repeated_field_is_refused_before_conversion() -> None:
     pb.containers[0].grants.extend([types_pb2.DeviceGrant(uuid="GPU-0")] * 5000)
     pb.status.init_container_statuses.extend([types_pb2.ContainerStatus(name="x")] * 300)
     with pytest.raises(InvalidInputError) as raised:
-        convert.pod_from_pb(pb)
+        pod_messages.pod_from_pb(pb)
     assert [str(violation) for violation in raised.value.violations] == [
         "pod.containers[0].grants: at most 64 grants, got 5000",
         "pod.status.init_container_statuses: at most 256 statuses, got 300",
@@ -221,7 +221,7 @@ def kubernetes_pod(**metadata: Any) -> dict[str, Any]:
 )
 def test_pod_from_source_reads_kubernetes_json(request_type: Any) -> None:
     request = request_type(kubernetes_pod_json=json.dumps(kubernetes_pod()).encode())
-    pod = convert.pod_from_source(request)
+    pod = pod_messages.pod_from_source(request)
     assert [(c.name, c.container_class) for c in pod.containers] == [
         ("proxy", ContainerClass.SIDECAR),
         ("main", ContainerClass.APP),
@@ -230,20 +230,20 @@ def test_pod_from_source_reads_kubernetes_json(request_type: Any) -> None:
 
 
 def test_pod_from_source_reads_the_typed_pod() -> None:
-    request = usage_pb2.ReserveRequest(pod=convert.pod_to_pb(sample_pod()), node_name="n")
-    assert convert.pod_from_source(request) == sample_pod()
+    request = usage_pb2.ReserveRequest(pod=pod_messages.pod_to_pb(sample_pod()), node_name="n")
+    assert pod_messages.pod_from_source(request) == sample_pod()
 
 
 def test_pod_from_source_needs_a_pod() -> None:
     with pytest.raises(InvalidInputError) as raised:
-        convert.pod_from_source(admission_pb2.CheckQuotaRequest())
+        pod_messages.pod_from_source(admission_pb2.CheckQuotaRequest())
     assert str(raised.value) == "pod_source: one of pod or kubernetes_pod_json is required"
 
 
 def test_pod_from_source_prefixes_json_paths() -> None:
     raw = json.dumps(kubernetes_pod(uid="", annotations={"hami.io/vgpu-devices-allocated": "x"}))
     with pytest.raises(InvalidInputError) as raised:
-        convert.pod_from_source(admission_pb2.CheckQuotaRequest(kubernetes_pod_json=raw.encode()))
+        pod_messages.pod_from_source(admission_pb2.CheckQuotaRequest(kubernetes_pod_json=raw.encode()))
     assert [v.path for v in raised.value.violations] == [
         "kubernetes_pod_json.metadata.uid",
         'kubernetes_pod_json.metadata.annotations["hami.io/vgpu-devices-allocated"][0][0]',
@@ -252,7 +252,7 @@ def test_pod_from_source_prefixes_json_paths() -> None:
 
 def test_pod_from_source_refuses_invalid_json() -> None:
     with pytest.raises(InvalidInputError) as raised:
-        convert.pod_from_source(admission_pb2.CheckQuotaRequest(kubernetes_pod_json=b"{"))
+        pod_messages.pod_from_source(admission_pb2.CheckQuotaRequest(kubernetes_pod_json=b"{"))
     assert [v.path for v in raised.value.violations] == ["kubernetes_pod_json"]
 
 
@@ -262,18 +262,18 @@ def test_pod_from_source_refuses_invalid_json() -> None:
 def test_grants_round_trip_per_position() -> None:
     pod = sample_pod()
     per_container = [container.grants for container in pod.containers]
-    pb = convert.container_grants_to_pb(pod, per_container)
+    pb = pod_messages.container_grants_to_pb(pod, per_container)
     assert [(entry.container_name, entry.container_class) for entry in pb] == [
         ("fetch", types_pb2.CONTAINER_CLASS_INIT),
         ("proxy", types_pb2.CONTAINER_CLASS_SIDECAR),
         ("main", types_pb2.CONTAINER_CLASS_APP),
     ]
-    assert convert.grants_from_pb(pb) == tuple(per_container)
+    assert grant_messages.grants_from_pb(pb) == tuple(per_container)
 
 
 def test_container_grants_must_cover_every_container() -> None:
     with pytest.raises(ValueError, match="2 grant positions for 3 containers"):
-        convert.container_grants_to_pb(sample_pod(), [(), ()])
+        pod_messages.container_grants_to_pb(sample_pod(), [(), ()])
 
 
 def test_grants_from_pb_names_every_bad_grant() -> None:
@@ -290,7 +290,7 @@ def test_grants_from_pb_names_every_bad_grant() -> None:
         ),
     ]
     with pytest.raises(InvalidInputError) as raised:
-        convert.grants_from_pb(entries)
+        grant_messages.grants_from_pb(entries)
     assert [v.path for v in raised.value.violations] == [
         "container_grants[0].grants[0].uuid",
         "container_grants[0].grants[0].memory_mib",
@@ -302,29 +302,30 @@ def test_grants_from_pb_names_every_bad_grant() -> None:
 
 def test_usage_round_trips() -> None:
     usages = [DeviceUsage("GPU-0", "NVIDIA", 20480, 10, 2), DeviceUsage("GPU-1", "NVIDIA", 0, 0, 1)]
-    assert [convert.usage_from_pb(pb) for pb in convert.usages_to_pb(usages)] == usages
+    wire = grant_messages.usages_to_pb(usages)
+    assert [grant_messages.usage_from_pb(pb) for pb in wire] == usages
 
 
 def test_grant_round_trips() -> None:
     grant = DeviceGrant("GPU-0", "NVIDIA", 3000, 30, 4)
-    assert convert.grant_from_pb(convert.grant_to_pb(grant)) == grant
+    assert grant_messages.grant_from_pb(grant_messages.grant_to_pb(grant)) == grant
 
 
 def test_device_and_state_round_trip() -> None:
     device = Device("GPU-0", "NVIDIA A10", 3, 10, 24576, 100, numa=1, mode="mig", healthy=False)
-    assert convert.device_from_pb(convert.device_to_pb(device)) == device
+    assert node_messages.device_from_pb(node_messages.device_to_pb(device)) == device
     state = DeviceState(device, memory_used_mib=1000, core_percent_used=10, slots_used=2)
-    assert convert.device_state_from_pb(convert.device_state_to_pb(state)) == state
+    assert node_messages.device_state_from_pb(node_messages.device_state_to_pb(state)) == state
 
 
 def test_an_empty_mode_and_vendor_mean_hami_defaults() -> None:
-    device = convert.device_from_pb(types_pb2.Device(uuid="GPU-0", healthy=True))
+    device = node_messages.device_from_pb(types_pb2.Device(uuid="GPU-0", healthy=True))
     assert (device.mode, device.vendor) == ("hami-core", "NVIDIA")
 
 
 def test_node_usage_to_pb() -> None:
     device = Device("GPU-0", "NVIDIA A10", 0, 10, 24576, 100)
-    pb = convert.node_usage_to_pb("gpu-node-1", [DeviceState(device, 1000, 10, 1)], ["uid-1"])
+    pb = node_messages.node_usage_to_pb("gpu-node-1", [DeviceState(device, 1000, 10, 1)], ["uid-1"])
     assert pb.node_name == "gpu-node-1"
     assert list(pb.pod_uids) == ["uid-1"]
     assert (pb.devices[0].memory_total_mib, pb.devices[0].memory_used_mib) == (24576, 1000)
@@ -332,7 +333,7 @@ def test_node_usage_to_pb() -> None:
 
 def test_quota_item_round_trips() -> None:
     item = QuotaItem("nvidia.com/gpumem", used=20480, limit=24576, limit_set=True)
-    assert convert.quota_item_from_pb(convert.quota_item_to_pb(item)) == item
+    assert quota_messages.quota_item_from_pb(quota_messages.quota_item_to_pb(item)) == item
 
 
 def test_devices_from_inventory_pb_validates() -> None:
@@ -343,7 +344,7 @@ def test_devices_from_inventory_pb_validates() -> None:
         ]
     )
     with pytest.raises(InvalidInputError) as raised:
-        convert.devices_from_inventory_pb(inventory)
+        node_messages.devices_from_inventory_pb(inventory)
     assert [v.path for v in raised.value.violations] == [
         "inventory.devices[1].uuid",
         "inventory.devices[1].memory_total_mib",
@@ -360,7 +361,7 @@ def test_node_from_source() -> None:
             }
         }
     )
-    from_json = convert.node_from_source(
+    from_json = node_messages.node_from_source(
         usage_pb2.RegisterNodeRequest(kubernetes_node_json=node_json.encode())
     )
     assert from_json == NodeRegistration(
@@ -368,15 +369,15 @@ def test_node_from_source() -> None:
     )
     typed = usage_pb2.RegisterNodeRequest(
         node_name="gpu-node-1",
-        inventory=types_pb2.NodeInventory(devices=[convert.device_to_pb(from_json.devices[0])]),
+        inventory=types_pb2.NodeInventory(devices=[node_messages.device_to_pb(from_json.devices[0])]),
     )
-    assert convert.node_from_source(typed) == from_json
+    assert node_messages.node_from_source(typed) == from_json
 
 
 def test_node_from_source_needs_a_source_and_a_name() -> None:
     with pytest.raises(InvalidInputError) as raised:
-        convert.node_from_source(usage_pb2.RegisterNodeRequest(node_name="n"))
+        node_messages.node_from_source(usage_pb2.RegisterNodeRequest(node_name="n"))
     assert [v.path for v in raised.value.violations] == ["node_source"]
     with pytest.raises(InvalidInputError) as raised:
-        convert.node_from_source(usage_pb2.RegisterNodeRequest(inventory=types_pb2.NodeInventory()))
+        node_messages.node_from_source(usage_pb2.RegisterNodeRequest(inventory=types_pb2.NodeInventory()))
     assert [v.path for v in raised.value.violations] == ["node_name"]
