@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SYSTEM_PYTHON ?= python3
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: setup system-setup up test verify proto lint bench soak clean
+.PHONY: setup system-setup up test verify proto lint bench soak tags clean
 
 # Creates the virtual environment and installs the project with its dev tools. pip lists each
 # package as it goes (about a minute on a fresh machine, seconds afterwards). setuptools' note on
@@ -70,6 +70,10 @@ bench: $(STAMP)
 
 soak: $(STAMP)
 	HAMI_ACCOUNTING_SOAK=1 $(PY) scripts/run_tests.py -m slow
+
+# The git tags of the releases in releases.toml (v0.2.0, ...); nothing reads them.
+tags:
+	$(SYSTEM_PYTHON) scripts/tag_releases.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -11,20 +11,20 @@ A policy is identified by ``policy_id``, a fingerprint of its content: two daemo
 same id hold the same rules, and an answer that names the id it was computed under can be
 checked against the recorder's. The fingerprint covers each vendor's whole table entry
 (``accounting.vendors``), not only the configured part, so daemons built with different vendor
-tables never take each other's policy for their own.
+tables never take each other's policy for their own. Releases that run side by side compute
+it alike (``accounting.policy_fingerprint``): a setting added after a release changes the id
+only when it is set away from its default.
 """
 
 from __future__ import annotations
 
-import enum
-import hashlib
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 from accounting import vendors as vendor_table
 from accounting.errors import Violations
 from accounting.limits import INT32_MAX, MAX_MEMORY_FACTOR
+from accounting.policy_fingerprint import policy_fingerprint
 from accounting.vendor_spec import VendorSpec
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 
@@ -53,7 +53,7 @@ class AccountingPolicy:
         if not isinstance(self.vendors, tuple):
             object.__setattr__(self, "vendors", tuple(self.vendors))
         _validate(self.vendors)
-        object.__setattr__(self, "policy_id", _fingerprint(self))
+        object.__setattr__(self, "policy_id", policy_fingerprint(self))
 
     def vendor(self, name: str) -> VendorResources | None:
         """The vendor with keyword ``name`` (``NVIDIA``), or None."""
@@ -149,21 +149,6 @@ def _validate(vendors: Sequence[VendorResources]) -> None:
             found.add(f"{path}.default_gpu_count",
                       f"must be between 0 and {INT32_MAX}, got {vendor.default_gpu_count}")
     found.raise_if_any()
-
-
-def _fingerprint(policy: AccountingPolicy) -> str:
-    content = {
-        "vendors": [asdict(spec) for spec in policy.specs],
-        "enforce_gpu_count": policy.enforce_gpu_count,
-    }
-    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), default=_plain)
-    return "p-" + hashlib.sha256(canonical.encode()).hexdigest()[:12]
-
-
-def _plain(value: object) -> object:
-    if isinstance(value, enum.Enum):
-        return value.value
-    raise TypeError(f"not JSON: {value!r}")
 
 
 def policy_for(

@@ -6,6 +6,7 @@ Layer: services/cli (the dispatcher, the top of the house). Subcommands:
   ``__main__``);
 * ``up``: the three daemons on localhost until Ctrl-C (``services.cli.up``);
 * ``health ADDR [--service NAME]``: a daemon's gRPC health (``services.cli.health``);
+* ``--version``: this build's version (``services.common.version``);
 * ``demo``, ``explain``, ``usage``, ``what-if``, ``journal``: the tools, each parsing its own
   arguments (``services.cli.demo``, ``explain``, ``usage_report``, ``what_if``, ``journal``).
 
@@ -29,6 +30,7 @@ from collections.abc import Callable, Sequence
 from services.cli import health, up
 from services.cli.health import DAEMONS, EXIT_USAGE
 from services.common.config import ConfigError
+from services.common.version import VERSION
 
 EXIT_BROKEN_PIPE = 1
 """When the reader of stdout went away; rich ends its own table output the same way."""
@@ -139,6 +141,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="hami-accounting",
         description="GPU accounting for Kubernetes pods with init containers and sidecars.",
     )
+    parser.add_argument("--version", action="version", version=f"hami-accounting {VERSION}")
     sub = parser.add_subparsers(metavar="COMMAND", required=True)
 
     serve = sub.add_parser("serve", help="run one daemon in this process")

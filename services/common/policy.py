@@ -204,7 +204,9 @@ class RecorderPolicy:
         except InvalidInputError as error:
             raise DependencyUnavailableError(
                 f"usage recorder at {self.target} published an accounting policy this daemon "
-                f"cannot run under ({error}); run the same version as the recorder"
+                f"cannot run under ({error}); a recorder of a newer release with a newer setting "
+                f"in use publishes such a policy: docs/upgrades.md says which releases run side "
+                f"by side"
             ) from None
         with self._lock:
             previous, self._policy = self._policy, policy

@@ -748,7 +748,8 @@ def test_by_default_no_rules_and_no_dashboard(rendered: dict[str, dict[str, str]
     [
         ("defaults", ["HAMI_ACCOUNTING_VENDORS=default",
                       "Secret\nhami-system/hami-accounting-admission-webhook-tls",
-                      "admission.admissionWebhook.caBundle"], ["Mutual TLS is on"]),
+                      "admission.admissionWebhook.caBundle", "docs/upgrades.md"],
+         ["Mutual TLS is on"]),
         ("mutual TLS with certificates from cert-manager and the chart's own CA",
          ["cert-manager issues the certificates from a CA of this release",
           "kubectl -n hami-system rollout restart statefulset/hami-accounting-usage"],
