@@ -5,10 +5,10 @@ docs/design.md §2.5 and HAMi's scoreNode describe word for word: one deep copy 
 state for the steady pass (sidecars and apps, cumulative), and for every regular init container
 a fresh deep copy of that steady copy as it stands at the init container's point, then a
 per-device max over all copies. It recomputes and re-sorts every device score for every
-container. accounting/fit.py gives the same answers without the copies; a property test pins
+container. accounting/fit/ gives the same answers without the copies; a property test pins
 the two together, and ``python -m bench.naive_fit`` shows the difference in speed.
 
-Written separately from accounting/fit.py on purpose (only the result types, reason strings and
+Written separately from accounting/fit/ on purpose (only the result types, reason strings and
 annotation keys are shared), so that the cross-check can catch a slip in either.
 """
 

@@ -1,0 +1,265 @@
+"""Placing a pod on one node: the static refusals of each device, the generic walk over
+memory, cores and slots (the scheduler's hot path), the vendors' own rules
+(``accounting.vendor_fit``) with their quota check, and the first failure over vendors.
+
+Layer: accounting (pure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from accounting import quota as quota_rules
+from accounting import vendor_fit
+from accounting.device_filter import DeviceFilter
+from accounting.fit.ask import _memory_need
+from accounting.fit.device_order import _reposition, device_score
+from accounting.fit.grants import _NodePlacement, _Placed, _Placement, placement_usage
+from accounting.fit.node_state import _Allowed, _NodeColumns
+from accounting.fit.plan import _always_within, _PodPlan, _VendorPlan
+from accounting.fit.quota_walk import _QuotaWalk
+from accounting.fit.refusal import _walk_reasons
+from accounting.model import DeviceGrant, DeviceState
+from accounting.pod import EXCLUSIVE_CORE_PERCENT
+from accounting.reasons import (
+    CARD_NOT_HEALTH,
+    CARD_TYPE_MISMATCH,
+    CARD_UUID_MISMATCH,
+    NODE_INSUFFICIENT_DEVICE,
+    NOT_EXPLAINED,
+    RESOURCE_QUOTA_NOT_FIT,
+    format_reasons,
+)
+
+
+def _blocks(
+    devices: tuple[DeviceState, ...], vendor_name: str, device_filter: DeviceFilter | None
+) -> tuple[str | None, ...]:
+    """The static refusal of each device for one pod (None: may be tried)."""
+    blocks: list[str | None] = []
+    for state in devices:
+        device = state.device
+        if not device.healthy:
+            blocks.append(CARD_NOT_HEALTH)
+        elif device.vendor != vendor_name or (
+            device_filter is not None
+            and device_filter.type_refused(device.model, device.mode)
+        ):
+            blocks.append(CARD_TYPE_MISMATCH)
+        elif device_filter is not None and device_filter.uuid_refused(device.uuid):
+            blocks.append(CARD_UUID_MISMATCH)
+        else:
+            blocks.append(None)
+    return tuple(blocks)
+
+
+def _allowed(
+    columns: _NodeColumns, vendor_name: str, device_filter: DeviceFilter | None
+) -> _Allowed:
+    blocks = _blocks(columns.devices, vendor_name, device_filter)
+    return (
+        blocks,
+        tuple(p for p in columns.binpack_order if blocks[p] is None),
+        tuple(p for p in columns.spread_order if blocks[p] is None),
+        sum(1 for d in columns.devices if d.device.vendor == vendor_name),
+    )
+
+
+def _place(plan: _PodPlan, columns: _NodeColumns) -> _NodePlacement | str:
+    """Fits every container of the pod on one node, vendor by vendor (their devices are
+    apart). Returns the placement, or the reason the node is refused: that of the first
+    container, in fitting order, that fits nowhere (HAMi's; within a container, the first
+    vendor in policy order)."""
+    if len(plan.vendor_plans) == 1:
+        # The usual pod asks one vendor: no first failure to choose between vendors.
+        only = plan.vendor_plans[0]
+        needs = columns.rules_needed.get(only.vendor_name)
+        if needs is None:
+            needs = columns.rules_needed[only.vendor_name] = vendor_fit.needs_rules(
+                only.spec, columns.devices
+            )
+        if not needs:
+            generic = _place_vendor(plan, only, columns)
+            return generic[1] if isinstance(generic, tuple) else [_Placed(only, generic, None)]
+    placed: _NodePlacement = []
+    failure: tuple[int, str] | None = None
+    for vendor_plan in plan.vendor_plans:
+        spec = vendor_plan.spec
+        needs = columns.rules_needed.get(spec.vendor)
+        if needs is None:
+            needs = columns.rules_needed[spec.vendor] = vendor_fit.needs_rules(
+                spec, columns.devices
+            )
+        outcome: tuple[int, str] | None = None
+        if needs:
+            ruled = _place_by_rules(plan, vendor_plan, columns)
+            if isinstance(ruled, vendor_fit.RuleFailure):
+                outcome = (ruled.order, ruled.reason)
+            else:
+                placed.append(_Placed(vendor_plan, None, ruled))
+        else:
+            generic = _place_vendor(plan, vendor_plan, columns)
+            if isinstance(generic, tuple):
+                outcome = generic
+            else:
+                placed.append(_Placed(vendor_plan, generic, None))
+        if outcome is not None and (failure is None or outcome[0] < failure[0]):
+            failure = outcome
+    if failure is not None:
+        return failure[1]
+    return placed
+
+
+def _place_by_rules(
+    plan: _PodPlan, vendor_plan: _VendorPlan, columns: _NodeColumns
+) -> list[tuple[vendor_fit.Pick, ...]] | vendor_fit.RuleFailure:
+    """accounting.vendor_fit's placement of one vendor, its quota checked on the complete
+    placement (``ResourceQuotaNotFit`` against all of the vendor's devices on the node)."""
+    context = vendor_fit.RuleContext(
+        vendor_plan.spec,
+        plan.pod.annotations,
+        vendor_plan.device_filter,
+        columns.rank,
+        plan.gpu_binpack,
+        device_score,
+    )
+    ruled = vendor_fit.place(context, vendor_plan.rule_asks, columns.devices)
+    room = vendor_plan.quota_room
+    if isinstance(ruled, vendor_fit.RuleFailure) or room is None:
+        return ruled
+    grants: list[tuple[DeviceGrant, ...]] = [()] * len(plan.pod.containers)
+    for ask, picks in zip(vendor_plan.asks, ruled, strict=True):
+        grants[ask.position] = tuple(grant for _, grant in picks)
+    usage = placement_usage(plan.pod, tuple(grants))
+    if room.allows(*quota_rules.vendor_totals(usage, vendor_plan.vendor)):
+        return ruled
+    devices = sum(1 for s in columns.devices if s.device.vendor == vendor_plan.vendor_name)
+    return vendor_fit.RuleFailure(
+        vendor_plan.asks[0].order, format_reasons({RESOURCE_QUOTA_NOT_FIT: devices}, devices)
+    )
+
+
+def _place_vendor(
+    plan: _PodPlan, vendor_plan: _VendorPlan, columns: _NodeColumns
+) -> _Placement | tuple[int, str]:
+    """Fits every container of the pod on one node: the hot path of the scheduler. Returns the
+    placement, or the reason the node is refused.
+
+    The device loop is the one place the accounting keeps a hand-inlined copy of its rules,
+    because it runs for every device of every candidate node: the capacity test is
+    _capacity_refusal (Amount arithmetic) on three integer lists of free capacity, and a
+    card's share of memory is DeviceDemand.on_card written out (a call per device visited
+    costs as much as the rest of the loop). When a quota limit is set, every card that has a
+    slot left is priced against it first (``_QuotaWalk``). ``_walk_reasons`` names the reason
+    once a container fails; tests/accounting/test_fit_properties.py pins the loop to
+    bench/naive_fit.py, the literal deep-copy reading, written apart on purpose, and the
+    merged usage to the fold. An init container is checked against the steady copy and
+    charges nothing, so its point never needs recording here: placement_usage folds the grants
+    when the usage is asked for. Returns the placement, or (the failing ask's order, the
+    reason).
+    """
+    vendor_name = vendor_plan.vendor_name
+    if vendor_plan.device_filter is None:
+        allowed = columns.unfiltered.get(vendor_name)
+        if allowed is None:
+            allowed = columns.unfiltered[vendor_name] = _allowed(columns, vendor_name, None)
+    else:
+        allowed = _allowed(columns, vendor_name, vendor_plan.device_filter)
+    binpack = plan.gpu_binpack
+    order: Sequence[int] = allowed[1] if binpack else allowed[2]
+    vendor_devices = allowed[3]
+    slots_total = columns.slots_total
+    memory_total = columns.memory_total
+    cores_total = columns.cores_total
+    # The steady copy: three small lists, the only per-node mutable state.
+    slots_free = list(columns.slots_free)
+    memory_free = list(columns.memory_free)
+    cores_free = list(columns.cores_free)
+    quota = None
+    room = vendor_plan.quota_room
+    if room is not None and not _always_within(vendor_plan, room, memory_total):
+        quota = _QuotaWalk(room, len(slots_free))
+    # Devices the last steady container charged: their score changed, so their place in the
+    # order is fixed up (lazily, only if another container follows).
+    moved: list[int] | None = None
+    reordered: list[int] | None = None
+    scores: list[float] = []
+    placement: _Placement = []
+
+    for ask in vendor_plan.asks:
+        _, is_init, count, memory_fixed, memory_percent, cores, exclusive, share_only, _, _ = ask
+        if count > vendor_devices:
+            return ask.order, NODE_INSUFFICIENT_DEVICE
+        if moved is not None:
+            if reordered is None:
+                order = reordered = list(order)
+                scores = list(columns.device_scores)
+            for p in moved:
+                total = slots_total[p]
+                scores[p] = device_score(
+                    total - slots_free[p],
+                    total,
+                    cores_total[p] - cores_free[p],
+                    cores_total[p],
+                    memory_total[p] - memory_free[p],
+                    memory_total[p],
+                )
+                _reposition(reordered, p, scores, columns.rank, binpack)
+            moved = None
+        picks: list[int] = []
+        remaining = count
+        taken = [0, 0, 0]  # what this container's picks add to the quota's folded totals
+        for p in order:
+            if slots_free[p] <= 0:
+                continue
+            need = memory_fixed if memory_fixed >= 0 else memory_total[p] * memory_percent // 100
+            if quota is not None:
+                added = quota.added(p, need, cores)
+                if not quota.fits(taken, added):
+                    continue
+            if memory_free[p] < need:
+                continue
+            if cores_free[p] < cores:
+                continue
+            if (
+                exclusive
+                and cores_total[p] == EXCLUSIVE_CORE_PERCENT
+                and slots_free[p] != slots_total[p]
+            ):
+                continue
+            if share_only and cores_free[p] == 0 and cores_total[p] != 0:
+                continue
+            if quota is not None:
+                taken[0] += added[0]
+                taken[1] += added[1]
+                taken[2] += added[2]
+            picks.append(p)
+            remaining -= 1
+            if not remaining:
+                break
+        else:
+            if quota is None and not plan.explain_refusals:
+                return ask.order, NOT_EXPLAINED
+            return ask.order, _walk_reasons(
+                ask,
+                allowed[0],
+                order,
+                columns,
+                (slots_free, memory_free, cores_free),
+                quota,
+                vendor_name,
+                vendor_devices,
+            )
+        if quota is not None:
+            for p in picks:
+                quota.commit(is_init, p, _memory_need(ask, memory_total[p]), cores)
+        if not is_init:
+            for p in picks:
+                slots_free[p] -= 1
+                memory_free[p] -= (
+                    memory_fixed if memory_fixed >= 0 else memory_total[p] * memory_percent // 100
+                )
+                cores_free[p] -= cores
+            moved = picks
+        placement.append(picks)
+    return placement

@@ -1,0 +1,151 @@
+"""The pod's plan: everything the fit decides about a pod before it looks at a node, built
+once per pod (``_PodPlan``, one ``_VendorPlan`` per vendor asked for: asks in fitting order,
+device filter, quota room, the vendor rules' asks), and whether a pod asks for a device at all.
+
+Layer: accounting (pure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from accounting import quota as quota_rules
+from accounting import vendor_fit
+from accounting.annotations import GPU_POLICY_ANNOTATION
+from accounting.device_filter import DeviceFilter
+from accounting.fit.ask import _Ask, _build_ask
+from accounting.fit.policies import BINPACK, _checked_policy, _resolve_policy
+from accounting.fit.quota_walk import QuotaContext
+from accounting.model import ContainerClass, Pod
+from accounting.vendor_spec import VendorSpec
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources, specs_for
+
+
+@dataclass(frozen=True, slots=True)
+class _VendorPlan:
+    """One vendor's part of a pod's plan: its asks, filter, quota room and rules."""
+
+    spec: VendorSpec
+    vendor: VendorResources
+    vendor_name: str
+    """vendor.vendor, read once per node."""
+    asks: tuple[_Ask, ...]
+    """The containers asking for the vendor's devices, in fitting order (declaration order,
+    apps last)."""
+    device_filter: DeviceFilter | None
+    quota_room: quota_rules.QuotaRoom | None
+    """What the namespace quota leaves the pod of this vendor (``quota.usage_room``); None when
+    no limit could refuse anything (no quota context, or no enforced limit set)."""
+    rule_asks: tuple[vendor_fit.RuleAsk, ...]
+    """The same asks as ``accounting.vendor_fit`` reads them."""
+
+
+@dataclass(frozen=True, slots=True)
+class _PodPlan:
+    """Everything about the pod that does not depend on the node, computed once per pod."""
+
+    pod: Pod
+    vendor_plans: tuple[_VendorPlan, ...]
+    """One per vendor the pod asks for, in policy order."""
+    gpu_binpack: bool
+    explain_refusals: bool = True
+    """False: a container that fits no card, with no quota in play, refuses the node as
+    NOT_EXPLAINED instead of with the per-card count (a caller that only wants the first node
+    that fits)."""
+
+    @property
+    def asks(self) -> tuple[_Ask, ...]:
+        """Every vendor's asks."""
+        return tuple(ask for plan in self.vendor_plans for ask in plan.asks)
+
+    @classmethod
+    def build(
+        cls,
+        pod: Pod,
+        vendors: Sequence[VendorResources],
+        gpu_policy: str,
+        quota: QuotaContext | None,
+        explain_refusals: bool = True,
+    ) -> _PodPlan:
+        gpu_policy = _resolve_policy(
+            pod.annotations.get(GPU_POLICY_ANNOTATION), _checked_policy("gpu_policy", gpu_policy)
+        )
+        # Kubernetes starts app containers only after every init container and sidecar, so
+        # they are fitted last even in a pod that lists them earlier: an init container is
+        # pre-charged with the sidecars before it and nothing else.
+        fitting_order = sorted(
+            range(len(pod.containers)),
+            key=lambda p: pod.containers[p].container_class is ContainerClass.APP,
+        )
+        plans: list[_VendorPlan] = []
+        for spec in specs_for(vendors):
+            asks = tuple(
+                ask._replace(order=order)
+                for order, position in enumerate(fitting_order)
+                if (ask := _build_ask(position, pod.containers[position], spec)) is not None
+            )
+            if not asks:
+                continue
+            room = None
+            if quota is not None:
+                room = quota_rules.usage_room(
+                    quota.items, spec.resources, enforce_gpu_count=quota.enforce_gpu_count
+                )
+            plans.append(
+                _VendorPlan(
+                    spec=spec,
+                    vendor=spec.resources,
+                    vendor_name=spec.vendor,
+                    asks=asks,
+                    device_filter=DeviceFilter.from_annotations(pod.annotations, spec.selection),
+                    quota_room=room,
+                    rule_asks=tuple(
+                        vendor_fit.RuleAsk(ask.order, ask.position, ask.is_init, ask.demand)
+                        for ask in asks
+                    ),
+                )
+            )
+        return cls(
+            pod=pod,
+            vendor_plans=tuple(plans),
+            gpu_binpack=gpu_policy == BINPACK,
+            explain_refusals=explain_refusals,
+        )
+
+
+def _always_within(
+    plan: _VendorPlan, room: quota_rules.QuotaRoom, memory_total: Sequence[int]
+) -> bool:
+    """Whether every placement of the pod on a node with these cards stays within the quota:
+    its folded usage is at most every grant added up, each on the node's largest card. Then
+    no card needs pricing (most pods, under a quota they are far from)."""
+    largest = max(memory_total, default=0)
+    memory = cores = devices = 0
+    for ask in plan.asks:
+        need = ask.memory_mib if ask.memory_mib >= 0 else largest * ask.memory_percent // 100
+        memory += ask.device_count * need
+        cores += ask.device_count * ask.core_percent
+        devices += ask.device_count
+    return room.allows(memory, cores, min(devices, len(memory_total)))
+
+
+def _vendor_list(
+    vendor: VendorResources, vendors: Sequence[VendorResources]
+) -> Sequence[VendorResources]:
+    return vendors or (vendor,)
+
+
+def pod_requests_devices(
+    pod: Pod,
+    vendor: VendorResources = NVIDIA_RESOURCES,
+    vendors: Sequence[VendorResources] = (),
+) -> bool:
+    """True when any container asks for at least one device of the vendor (of any of
+    ``vendors`` when given)."""
+    names = {v.vendor for v in _vendor_list(vendor, vendors)}
+    return any(
+        request.vendor in names and request.count > 0
+        for container in pod.containers
+        for request in container.requests
+    )

@@ -1,0 +1,97 @@
+"""Why a device or a container is refused: the capacity rules of one card for one ask
+(``_capacity_refusal``), and HAMi's per-device count of why a container fits nowhere on a node
+(``_walk_reasons``).
+
+Layer: accounting (pure). Only called on failure; the placing's hot loop keeps its own inlined
+copy of the capacity rules (``accounting.fit.place._place_vendor`` says why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from accounting.amount import Amount
+from accounting.fit.ask import _Ask, _memory_need
+from accounting.fit.node_state import _NodeColumns
+from accounting.fit.quota_walk import _QuotaWalk
+from accounting.pod import EXCLUSIVE_CORE_PERCENT
+from accounting.reasons import (
+    ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
+    CARD_CAPACITY_REASON,
+    CARD_COMPUTE_UNITS_EXHAUSTED,
+    CARD_TIME_SLICING_EXHAUSTED,
+    EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
+    RESOURCE_QUOTA_NOT_FIT,
+    card_shortfall,
+    format_reasons,
+)
+
+
+def _capacity_refusal(ask: _Ask, used: Amount, capacity: Amount) -> str | None:
+    """The first capacity rule that refuses a card for one container's request, or None."""
+    short = card_shortfall(ask.demand.on_card(capacity.memory_mib), capacity - used)
+    if short is not None:
+        return CARD_CAPACITY_REASON[short]
+    cores = ask.core_percent
+    if (
+        cores == EXCLUSIVE_CORE_PERCENT
+        and capacity.core_percent == EXCLUSIVE_CORE_PERCENT
+        and used.slots
+    ):
+        return EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+    if cores == 0 and capacity.core_percent != 0 and used.core_percent == capacity.core_percent:
+        # A share-only task would land on a card whose compute is fully given away.
+        return CARD_COMPUTE_UNITS_EXHAUSTED
+    return None
+
+
+def _walk_reasons(
+    ask: _Ask,
+    blocks: Sequence[str | None],
+    order: Sequence[int],
+    columns: _NodeColumns,
+    free: tuple[Sequence[int], Sequence[int], Sequence[int]],
+    quota: _QuotaWalk | None,
+    vendor_name: str,
+    vendor_devices: int,
+) -> str:
+    """Why one container fits nowhere on the node, as HAMi words it: every device of the
+    vendor counted under the first reason that stopped it, and the cards that passed (picked
+    before the walk ran out) as AllocatedCardsInsufficientRequest. Other vendors' devices are
+    not the vendor's to count (HAMi hands a vendor only its own).
+
+    Only called on failure, when HAMi's walk has visited every device. A device refused for
+    its health, type or UUID is refused whatever came before it; the others are walked again
+    in the order the fit tried them, because whether the quota refuses a card depends on the
+    cards picked before it.
+    """
+    counts: dict[str, int] = {}
+    devices = columns.devices
+    for p, block in enumerate(blocks):
+        if block is not None and devices[p].device.vendor == vendor_name:
+            counts[block] = counts.get(block, 0) + 1
+    slots_free, memory_free, cores_free = free
+    capacities = [state.device.capacity for state in columns.devices]
+    taken = [0, 0, 0]
+    picked = 0
+    for p in order:
+        capacity = capacities[p]
+        used = capacity - Amount(memory_free[p], cores_free[p], slots_free[p])
+        reason: str | None = None
+        if slots_free[p] <= 0:
+            reason = CARD_TIME_SLICING_EXHAUSTED
+        elif quota is not None:
+            added = quota.added(p, _memory_need(ask, capacity.memory_mib), ask.core_percent)
+            if not quota.fits(taken, added):
+                reason = RESOURCE_QUOTA_NOT_FIT
+        if reason is None:
+            reason = _capacity_refusal(ask, used, capacity)
+        if reason is not None:
+            counts[reason] = counts.get(reason, 0) + 1
+            continue
+        picked += 1
+        if quota is not None:
+            taken = [t + a for t, a in zip(taken, added, strict=True)]
+    if picked:
+        counts[ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = picked
+    return format_reasons(counts, vendor_devices)
