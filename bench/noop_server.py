@@ -2,8 +2,8 @@
 
 Layer: benchmark. ``python -m bench.noop_server`` serves ``/hami.accounting.bench.Noop/Call``
 (google.protobuf.Empty in and out, through a grpc generic handler) with ``build_server``, the
-bootstrap every daemon uses: the same thread pool, interceptors (OpenTelemetry when the OTEL_*
-variables turn it on, the Prometheus latency histogram), health, reflection and message
+bootstrap every daemon uses: the same thread pool, the same call telemetry (OpenTelemetry when
+the OTEL_* variables turn it on, the Prometheus latency histogram), health, reflection and message
 limits. Whatever a daemon's call costs above this is the daemon's own work. It reads
 HAMI_ACCOUNTING_LISTEN_ADDR like the daemons and stops on SIGTERM.
 """

@@ -13,8 +13,8 @@ function, share of samples) into the results, so the cause is read from evidence
 
 Self share: samples whose innermost frame is the entry (by package: whose innermost frame is in
 the package). Inclusive share: samples with the entry anywhere on the stack. For a daemon
-sampled by wall clock, shares are of the samples inside handled calls (under the latency
-interceptor), so a wait on another daemon shows as the grpc frame that waits; sampled by GIL
+sampled by wall clock, shares are of the samples inside handled calls (under the call
+telemetry's wrapper), so a wait on another daemon shows as the grpc frame that waits; sampled by GIL
 holder (``--gil``), of where its CPU goes; for a command, of all samples outside idle threads.
 """
 
@@ -33,8 +33,8 @@ from bench.procs import ROOT
 
 PYSPY = "py-spy"
 HANDLER = "unary_response.<locals>.observed"
-"""The call telemetry interceptor's wrapper (services/common/call_telemetry.py): every
-handled unary call runs inside it."""
+"""The call telemetry's wrapper of a unary handler (services/common/server/call_telemetry.py):
+every handled unary call runs inside it."""
 RATE_HZ = 250
 TOP = 8
 
@@ -65,7 +65,7 @@ IDLE = ("threading.py:Condition.wait", "thread.py:_worker", "_server.py:_serve")
 def summarize(raw_path: Path, top: int = TOP, focus: str | None = None) -> dict[str, Any]:
     """Top self and inclusive entries of a py-spy raw (collapsed stacks) file.
 
-    With ``focus`` (a substring of a frame name, e.g. the latency interceptor's ``timed``),
+    With ``focus`` (a substring of a frame name, e.g. the call telemetry's ``HANDLER``),
     only stacks through that frame count: the shares are then of the time spent inside
     handled calls, waits on other services included.
     """

@@ -2,7 +2,7 @@
 
 Layer: benchmark. ``python -m bench.server_choice`` starts one usage recorder and, reading from
 it, the admission and scheduler daemons twice each: as they ship (the thread-pool server) and
-on the asyncio server the recorder runs on (``services.common.aio_server.build_aio_server``,
+on the asyncio server the recorder runs on (``services.common.server.build_aio_server``,
 unary handlers on its thread pool: CheckQuota and Filter can wait on the recorder, so they may
 not run on the loop). It then times CheckQuota and Filter on both, one caller and 8, in rounds
 that alternate the two servers (a neighbour's burst of CPU spoils one round of both), with the
@@ -39,12 +39,12 @@ CONCURRENT = load.Budget(0.6, 16, 3000, 10)
 
 def serve_on_event_loop(name: str, argv: Sequence[str]) -> int:
     """Runs daemon ``name`` as ``serve NAME`` does, its gRPC server the asyncio one."""
-    from services.common import aio_server
+    from services.common import server
 
     def event_loop_service_server(common: Any, service_name: str, register: Any, *,
                                   tracer_provider: Any = None, max_workers: int = 16,
                                   serving: bool = True) -> Any:
-        return aio_server.build_aio_server(
+        return server.build_aio_server(
             service_names=[service_name], register=register, listen_addr=common.listen_addr,
             tls=common.tls, tracer_provider=tracer_provider, max_workers=max_workers,
             serving=serving)

@@ -40,7 +40,6 @@ from services.admission import convert
 from services.admission.usage_source import UsageSource
 from services.common import convert as common
 from services.common import telemetry
-from services.common.call_telemetry import root_server_span
 from services.common.errors import map_errors
 from services.common.metrics import record_decision
 from services.common.policy import (
@@ -49,6 +48,7 @@ from services.common.policy import (
     check_unchanged,
     under_recorder_policy,
 )
+from services.common.server.call_telemetry import root_server_span
 
 _LOG = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from services.common.config import (
 from services.common.logging import configure_logging
 from services.common.metrics import MetricsError, start_metrics_server
 from services.common.server import (
-    DaemonServer,
+    ServerHandle,
     ServerStartError,
     StopSignals,
     run_until_signalled,
@@ -109,7 +109,7 @@ class Started(Protocol):
     """A started daemon."""
 
     @property
-    def handle(self) -> DaemonServer: ...
+    def handle(self) -> ServerHandle: ...
 
     @property
     def target(self) -> str: ...

@@ -3,7 +3,7 @@
 
 Layer: services/usage (runtime). Config -> journal -> recovery -> store -> server (grpc.aio:
 WatchUsage streams and health on its event loop, unary calls on a thread pool;
-``services.common.aio_server``), then the optional Kubernetes source and leader election.
+``services.common.server.event_loop``), then the optional Kubernetes source and leader election.
 Health: the ``liveness`` service (set by the server builder) is SERVING from start to stop;
 the overall status ("" and the UsageRecorder service) is SERVING once this replica may be
 trusted with writes — at once when running stand-alone, after the first Kubernetes sync with a
@@ -23,9 +23,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from accounting.ledger import Ledger
 from services.common import metrics, telemetry
-from services.common.aio_server import UnaryCalls, build_aio_server
 from services.common.daemon import DaemonSpec, Flag, run
-from services.common.server import DaemonServer
+from services.common.server import ServerHandle, UnaryCalls, build_aio_server
 from services.usage import metrics as usage_metrics
 from services.usage.config import KUBERNETES_MODES, UsageConfig
 from services.usage.journal import (
@@ -56,7 +55,7 @@ _LOG = logging.getLogger("services.usage")
 class _Readiness:
     """Overall health = synced with Kubernetes (when a source runs) and leading (when electing)."""
 
-    def __init__(self, handle: DaemonServer, *, needs_sync: bool, needs_leader: bool) -> None:
+    def __init__(self, handle: ServerHandle, *, needs_sync: bool, needs_leader: bool) -> None:
         self._handle = handle
         self._lock = threading.Lock()
         self._synced = not needs_sync
@@ -143,7 +142,7 @@ class UsageRecorder:
     """A started recorder: its server, store and background parts; ``stop`` ends them all."""
 
     config: UsageConfig
-    handle: DaemonServer
+    handle: ServerHandle
     store: UsageStore
     journal: Journal
     tracer_provider: TracerProvider | None

@@ -39,11 +39,12 @@ INLINE_METHODS = frozenset(
         "GetNamespaceUsage", "RegisterNode", "SetQuota", "GetPolicy",
     )
 )
-"""The calls the recorder's event loop answers itself (``aio_server.build_aio_server``): each
-takes the store's lock for a fraction of a millisecond and waits on nothing else (SQLite
-commits without fsync by default). GetNodeUsage is not among them: every node of a large
-cluster takes milliseconds to copy out. A standby replica's writes are not run there either:
-naming the leader may read the Lease from the Kubernetes API."""
+"""The calls the recorder's event loop answers itself
+(``services.common.server.event_loop.build_aio_server``): each takes the store's lock for a
+fraction of a millisecond and waits on nothing else (SQLite commits without fsync by default).
+GetNodeUsage is not among them: every node of a large cluster takes milliseconds to copy out.
+A standby replica's writes are not run there either: naming the leader may read the Lease
+from the Kubernetes API."""
 
 
 class LeaderStatus(Protocol):

@@ -4,7 +4,7 @@ Layer: services/usage (streaming). The store commits a change and hands its even
 ``WatchHub.publish`` under its lock; that is all a write pays for its watchers: the events are
 appended to one shared log and the hub's event loop is woken (once, however many events arrive
 before it runs). Everything else happens on the recorder's event loop, never on the threads
-that answer unary calls (``services.common.aio_server``):
+that answer unary calls (``services.common.server.event_loop``):
 
 * **One log, one encoding.** Every watcher reads the same log through its own cursor. An
   event is encoded at most once per kind of content (namespaces, nodes, everything) the first
@@ -83,7 +83,8 @@ DEFAULT_THROTTLE = Throttle()
 
 
 class UnaryCallsView(Protocol):
-    """The unary calls of the server the hub's streams run on (``aio_server.UnaryCalls``)."""
+    """The unary calls of the server the hub's streams run on
+    (``services.common.server.event_loop.UnaryCalls``)."""
 
     in_flight: int
     last_end_s: float

@@ -1,5 +1,5 @@
 """The recorder's grpc.aio server keeps the daemon shape of every other daemon's server
-(services/common/aio_server.py): health, reflection, the decode guard, the latency metric and
+(services/common/server/event_loop.py): health, reflection, the decode guard, the latency metric and
 status codes of each call, whether the call runs on the event loop or on the pool."""
 
 from __future__ import annotations

@@ -205,7 +205,7 @@ def test_past_the_cap_a_new_stream_is_refused_naming_the_cap() -> None:
 
 
 class Calls:
-    """Unary calls as the aio server counts them (services.common.aio_server.UnaryCalls)."""
+    """Unary calls as the aio server counts them (services.common.server.event_loop.UnaryCalls)."""
 
     def __init__(self) -> None:
         self.in_flight = 0

@@ -1,11 +1,11 @@
-"""The asyncio server's event-loop thread (services/common/aio_server.py) at its stop."""
+"""The asyncio server's event-loop thread (services/common/server/loop_thread.py) at its stop."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 
-from services.common import aio_server
+from services.common.server import loop_thread
 
 
 def test_work_handed_to_the_loop_as_it_stops_is_cancelled_not_left_pending() -> None:
@@ -13,7 +13,7 @@ def test_work_handed_to_the_loop_as_it_stops_is_cancelled_not_left_pending() -> 
     # coroutine in the same turn as the loop's stop. Left pending, its caller would wait
     # START_TIMEOUT_S for nothing and the coroutine be dropped never awaited.
     loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=aio_server._run_loop, args=(loop,), daemon=True)
+    thread = threading.Thread(target=loop_thread._run_loop, args=(loop,), daemon=True)
     thread.start()
     busy = threading.Event()
     loop.call_soon_threadsafe(busy.wait)  # the loop is busy while the two below are queued

@@ -1,6 +1,7 @@
-"""Every served call's latency metric and, when tracing, its SERVER span: one interceptor.
+"""Every served call's latency metric and, when tracing, its SERVER span: one wrapper a handler.
 
-Layer: services (runtime). ``CallTelemetryInterceptor`` wraps each call once and does both:
+Layer: services (runtime). ``CallTelemetry.observe`` wraps a handler once, when the server
+registers it (``registration``), and the wrapper does both on every call:
 ``hami_accounting_rpc_duration_seconds{service,method,code}``, and a SERVER span named by the
 full method (``/hami.accounting.v1.Admission/CheckQuota``), parented on the W3C context the
 caller sent as gRPC metadata (``traceparent``/``tracestate``), with ``rpc.system``,
@@ -8,8 +9,8 @@ caller sent as gRPC metadata (``traceparent``/``tracestate``), with ``rpc.system
 than OK, and the exception for a failure that is not an abort. A server-streaming call is timed
 and spanned until its stream ends (WatchUsage streams for minutes: read its buckets as stream
 lifetimes). Handlers written for grpc.aio (coroutines and async generators: the recorder's
-WatchUsage, the aio health service) are wrapped by coroutines of the same shape, so the aio
-server still runs them on its event loop (``services.common.aio_server``).
+WatchUsage, the aio health service) are wrapped by coroutines of the same shape, so the
+asyncio server still runs them on its event loop (``event_loop``).
 
 Why not the server interceptor of opentelemetry-instrumentation-grpc (its client interceptor is
 what our channels use): it costs more on every call. Per call it copies the metadata twice,
@@ -42,6 +43,9 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 _CONTEXT_KEYS = frozenset(_PROPAGATOR.fields)
 """The metadata keys the W3C context travels in (traceparent, tracestate)."""
 _OK = grpc.StatusCode.OK
+_CANCELLED = (GeneratorExit, asyncio.CancelledError)
+"""How a call ends when its client goes away: grpc closes a stream's generator, grpc.aio
+cancels the call's task."""
 if TYPE_CHECKING:
     _Handler = grpc.RpcMethodHandler[Any, Any]  # generic in grpc-stubs only
 
@@ -76,19 +80,31 @@ def _status(context: grpc.ServicerContext, failed: bool, cancelled: bool) -> grp
 
 
 class _Call:
-    """One call's clock and span."""
+    """One call's clock and span, from its start until the ``with`` block around the handler
+    ends: returned, raised, or cancelled (grpc closes a stream's generator when the client goes
+    away, grpc.aio cancels the call's task)."""
 
-    __slots__ = ("_token", "span", "started_s")
+    __slots__ = ("_attributes", "_context", "_method", "_service", "_token", "_tracer", "span",
+                 "started_s")
 
     def __init__(
-        self, tracer: trace.Tracer | None, method: str, attributes: dict[str, Any],
+        self, service: str, tracer: trace.Tracer | None, method: str, attributes: dict[str, Any],
         context: grpc.ServicerContext,
     ) -> None:
-        self.started_s = time.perf_counter()
+        self._service = service
+        self._tracer = tracer
+        self._method = method
+        self._attributes = attributes
+        self._context = context
         self.span: trace.Span | None = None
         self._token: Token[otel_context.Context] | None = None
+        self.started_s = 0.0
+
+    def __enter__(self) -> _Call:
+        self.started_s = time.perf_counter()
+        tracer, context = self._tracer, self._context
         if tracer is None:
-            return
+            return self
         carrier = {
             key: value
             for key, value in context.invocation_metadata() or ()
@@ -98,7 +114,7 @@ class _Call:
         # start_span and attach rather than start_as_current_span: the same span without the
         # generator-based context manager, on every call.
         span = tracer.start_span(
-            method, context=parent, kind=trace.SpanKind.SERVER, attributes=attributes
+            self._method, context=parent, kind=trace.SpanKind.SERVER, attributes=self._attributes
         )
         self.span = span
         current = trace.set_span_in_context(span, parent)
@@ -107,17 +123,15 @@ class _Call:
             # (``root_server_span``) instead of starting a second one.
             current = otel_context.set_value(_ROOT_SERVER_SPAN, span, current)
         self._token = otel_context.attach(current)
+        return self
 
-    def end(
-        self,
-        service: str,
-        method: str,
-        context: grpc.ServicerContext,
-        error: BaseException | None,
-        cancelled: bool = False,
-    ) -> None:
+    def __exit__(self, _type: object, error: BaseException | None, _traceback: object) -> None:
+        context = self._context
+        cancelled = isinstance(error, _CANCELLED)
         code = _status(context, error is not None, cancelled)
-        observe_rpc_duration(service, method, code.name, time.perf_counter() - self.started_s)
+        observe_rpc_duration(
+            self._service, self._method, code.name, time.perf_counter() - self.started_s
+        )
         span = self.span
         if span is None:
             return
@@ -133,99 +147,47 @@ class _Call:
         span.end()
 
 
-class CallTelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]  # untyped msgs
-    """The latency metric of every call, and its SERVER span when ``tracer`` is given."""
+class CallTelemetry:
+    """The latency metric of every call, and its SERVER span when ``tracer`` is given; the
+    servers wrap each handler with ``observe`` once, when it is registered."""
 
     def __init__(self, service: str, tracer: trace.Tracer | None = None) -> None:
         self._service = service
         self._tracer = tracer
-        self._observed: dict[str, tuple[_Handler, _Handler]] = {}
-        """Per method: the handler last found and its observed wrapper."""
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], _Handler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> _Handler | None:
-        handler = continuation(handler_call_details)
-        if handler is None:
-            return None
-        method = handler_call_details.method
-        # grpc asks on every call; a registered method's handler is the same object each time,
-        # so its wrapper is built once (a handler made per call, as a generic handler may
-        # return, is wrapped anew). A race between two first calls only builds it twice.
-        known = self._observed.get(method)
-        if known is not None and known[0] is handler:
-            return known[1]
-        observed = self._observe(method, handler)
-        self._observed[method] = (handler, observed)
-        return observed
-
-    def _observe(self, method: str, handler: _Handler) -> _Handler:
+    def observe(self, method: str, handler: _Handler) -> _Handler:
         """``handler`` with every call timed and, when tracing, spanned."""
         service, tracer = self._service, self._tracer
         rpc_service, _, rpc_method = method.lstrip("/").partition("/")
         attributes = {"rpc.system": "grpc", "rpc.service": rpc_service, "rpc.method": rpc_method}
 
+        # One wrapper per shape of handler; each is the handler inside its call's ``with``.
         def unary_response(behavior: Callable[..., Any]) -> Callable[..., Any]:
             def observed(request: Any, context: grpc.ServicerContext) -> Any:
-                call = _Call(tracer, method, attributes, context)
-                try:
-                    response = behavior(request, context)
-                except BaseException as error:
-                    call.end(service, method, context, error)
-                    raise
-                call.end(service, method, context, None)
-                return response
+                with _Call(service, tracer, method, attributes, context):
+                    return behavior(request, context)
 
             return observed
 
         def async_unary_response(behavior: Callable[..., Any]) -> Callable[..., Any]:
             async def observed(request: Any, context: grpc.ServicerContext) -> Any:
-                call = _Call(tracer, method, attributes, context)
-                try:
-                    response = await behavior(request, context)
-                except asyncio.CancelledError as error:
-                    call.end(service, method, context, error, cancelled=True)
-                    raise
-                except BaseException as error:
-                    call.end(service, method, context, error)
-                    raise
-                call.end(service, method, context, None)
-                return response
+                with _Call(service, tracer, method, attributes, context):
+                    return await behavior(request, context)
 
             return observed
 
         def stream_response(behavior: Callable[..., Any]) -> Callable[..., Any]:
             def observed(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-                call = _Call(tracer, method, attributes, context)
-                try:
+                with _Call(service, tracer, method, attributes, context):
                     yield from behavior(request, context)
-                except GeneratorExit as error:
-                    # grpc closes the generator when the client goes away mid-stream.
-                    call.end(service, method, context, error, cancelled=True)
-                    raise
-                except BaseException as error:
-                    call.end(service, method, context, error)
-                    raise
-                call.end(service, method, context, None)
 
             return observed
 
         def async_stream_response(behavior: Callable[..., Any]) -> Callable[..., Any]:
             async def observed(request: Any, context: grpc.ServicerContext) -> AsyncIterator[Any]:
-                call = _Call(tracer, method, attributes, context)
-                try:
+                with _Call(service, tracer, method, attributes, context):
                     async for message in behavior(request, context):
                         yield message
-                except (GeneratorExit, asyncio.CancelledError) as error:
-                    # grpc.aio cancels the call's task when the client goes away mid-stream.
-                    call.end(service, method, context, error, cancelled=True)
-                    raise
-                except BaseException as error:
-                    call.end(service, method, context, error)
-                    raise
-                call.end(service, method, context, None)
 
             return observed
 
