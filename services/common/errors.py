@@ -26,7 +26,7 @@ import inspect
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from google.rpc import (  # type: ignore[import-untyped]  # googleapis-common-protos has no stubs
@@ -197,11 +197,12 @@ def _mapped(error: Exception, context: grpc.ServicerContext, method: str) -> Map
     return status
 
 
-def _abort(error: Exception, context: grpc.ServicerContext, method: str) -> NoReturn:
+def _refusal(error: Exception, context: grpc.ServicerContext, method: str) -> MappedStatus:
+    """The status a servicer's ``error`` ends its call with; an abort it made itself is raised
+    again untouched. The wrappers below abort with it, each the way its kind of call does."""
     if _is_abort(error, context):
         raise error
-    status = _mapped(error, context, method)
-    context.abort(status.code, status.message)
+    return _mapped(error, context, method)
 
 
 _Self = TypeVar("_Self")
@@ -224,7 +225,8 @@ def map_errors(
         try:
             return method(self, request, context)
         except Exception as error:
-            _abort(error, context, method.__qualname__)
+            status = _refusal(error, context, method.__qualname__)
+            context.abort(status.code, status.message)
 
     return wrapper
 
@@ -247,10 +249,10 @@ def map_stream_errors(
         try:
             yield from method(self, request, context)
         except Exception as error:
-            _abort(error, context, method.__qualname__)
+            status = _refusal(error, context, method.__qualname__)
+            context.abort(status.code, status.message)
 
     return wrapper
-
 
 
 _AioContext = grpc.aio.ServicerContext[Any, Any]
@@ -267,9 +269,7 @@ def _map_async_stream_errors(
             async for message in method(self, request, context):
                 yield message
         except Exception as error:
-            if _is_abort(error, context):  # type: ignore[arg-type]  # same surface
-                raise
-            status = _mapped(error, context, method.__qualname__)  # type: ignore[arg-type]
+            status = _refusal(error, context, method.__qualname__)  # type: ignore[arg-type]
             await context.abort(status.code, status.message)
 
     return wrapper
