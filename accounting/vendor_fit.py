@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from accounting import hami_codec, kunlun, mig, numbers
+from accounting.container_ask import ContainerAsk
 from accounting.device_filter import DeviceFilter
 from accounting.model import DeviceGrant, DeviceState, MigPlacement
 from accounting.pod import DeviceDemand
@@ -87,19 +88,6 @@ METAX_DEFAULT_QOS = "best-effort"
 _NOT_MODELLED: dict[str, str] = {}
 """Rules named in the vendor table that this module does not implement yet: rule -> what HAMi
 does there. Their nodes are refused with ``VendorRuleNotModelled``."""
-
-
-@dataclass(frozen=True, slots=True)
-class RuleAsk:
-    """One container's request for the vendor, as the walk reads it."""
-
-    order: int
-    """Its place in the pod's fitting order (declaration order, apps last)."""
-    position: int
-    """The container's position in the pod."""
-    is_init: bool
-    """A regular init container: checked against the node as it stands, charges nothing."""
-    demand: DeviceDemand
 
 
 Pick = tuple[int, DeviceGrant]
@@ -214,7 +202,7 @@ def needs_rules(spec: VendorSpec, devices: Sequence[DeviceState]) -> bool:
 
 
 def place(
-    context: RuleContext, asks: Sequence[RuleAsk], devices: Sequence[DeviceState]
+    context: RuleContext, asks: Sequence[ContainerAsk], devices: Sequence[DeviceState]
 ) -> list[tuple[Pick, ...]] | RuleFailure:
     """Places one vendor's asks on one node: the picks per ask (in ``asks`` order), or why
     the node refuses the pod."""
@@ -323,7 +311,7 @@ def _ordered(context: RuleContext, cards: Sequence[_Card]) -> list[_Card]:
     return sorted(cards, key=key)
 
 
-def _collects_all(context: RuleContext, ask: RuleAsk, cards: Sequence[_Card]) -> bool:
+def _collects_all(context: RuleContext, ask: ContainerAsk, cards: Sequence[_Card]) -> bool:
     """Ascend: with NetworkIDs on every device, or a 910C request for more than one NPU,
     HAMi collects every device that passes and then chooses among them."""
     spec = context.spec
@@ -338,7 +326,7 @@ def _collects_all(context: RuleContext, ask: RuleAsk, cards: Sequence[_Card]) ->
 
 def _walk(
     context: RuleContext,
-    ask: RuleAsk,
+    ask: ContainerAsk,
     ordered: Sequence[_Card],
     earlier_uuids: Sequence[str],
     devices_total: int,
@@ -385,7 +373,7 @@ def _walk(
 
 def _try(
     context: RuleContext,
-    ask: RuleAsk,
+    ask: ContainerAsk,
     card: _Card,
     chosen_here: Sequence[MigPlacement],
     earlier_uuids: Sequence[str],
@@ -484,7 +472,7 @@ def _grant(spec: VendorSpec, card: _Card, memory_mib: int, cores: int) -> Device
 
 
 def _topology(
-    context: RuleContext, ask: RuleAsk, ordered: Sequence[_Card], devices_total: int
+    context: RuleContext, ask: ContainerAsk, ordered: Sequence[_Card], devices_total: int
 ) -> tuple[Pick, ...] | str:
     """Kunlunxin: the cards of the 8-card topology (``accounting.kunlun``), over the devices
     in HAMi's sorted order (the reverse of the order the walk tries them). A whole card is
@@ -529,7 +517,7 @@ def _topology(
 
 
 def _metax_candidates(
-    context: RuleContext, ask: RuleAsk, ordered: Sequence[_Card], devices_total: int
+    context: RuleContext, ask: ContainerAsk, ordered: Sequence[_Card], devices_total: int
 ) -> tuple[Pick, ...] | str:
     """Metax sGPU (HAMi's ``MetaxSDevices.Fit``): every sGPU that passes is a candidate, in the
     walk's order, checked as Metax does (health first, as ``CardUnhealthy``; a used sGPU takes
@@ -614,7 +602,7 @@ def _neuron_cores(
 
 
 def _neuron_devices(
-    context: RuleContext, ask: RuleAsk, cards: Sequence[_Card]
+    context: RuleContext, ask: ContainerAsk, cards: Sequence[_Card]
 ) -> tuple[Pick, ...] | str:
     """AWS Neuron, several devices: consecutive free devices (by index) with every core of
     each; on ``inf`` instances from any device, elsewhere 1, 4, 8 or 16 devices from a multiple
@@ -710,7 +698,7 @@ def _drs_device(context: RuleContext, card: _Card) -> tuple[str | None, DeviceGr
 
 
 def _choose_ascend(
-    context: RuleContext, ask: RuleAsk, ordered: Sequence[_Card], picks: Sequence[Pick]
+    context: RuleContext, ask: ContainerAsk, ordered: Sequence[_Card], picks: Sequence[Pick]
 ) -> tuple[Pick, ...] | None:
     """HAMi's choice among every Ascend NPU that passed: 910C takes whole modules; with
     NetworkIDs, one NPU is the first that passed and more come from the fullest network group

@@ -46,12 +46,14 @@ The package, one job a module, from the top floor down (.importlinter holds the 
 * ``refusal`` — why a container fits nowhere (HAMi's per-device count); ``grants`` — what a
   placement grants and the usage it adds;
 * ``plan`` — the pod's plan, made once per pod;
-* ``ask`` — one container's ask; ``quota_walk`` — the quota state and its walk per card;
-  ``node_state`` — a candidate node and its columns;
+* ``quota_walk`` — the quota state and its walk per card; ``node_state`` — a candidate node
+  and its columns;
 * ``answer`` — ``NodeFit``, ``FitResult`` and where they are written; ``device_order`` — the
   device score and orders; ``policies`` — binpack and spread.
 
-Callers import from ``accounting.fit``; the names below are the package's public ones.
+One container's ask is ``accounting.container_ask.ContainerAsk``, beneath the fit and the
+vendors' rules, which read the same value. Callers import from ``accounting.fit``; the names
+below are the package's public ones.
 """
 
 from accounting.annotations import (
@@ -63,8 +65,8 @@ from accounting.annotations import (
     USE_GPU_UUID_ANNOTATION,
     VGPU_MODE_ANNOTATION,
 )
+from accounting.container_ask import ContainerAsk
 from accounting.fit.answer import FitResult, NodeFit, no_device_asked
-from accounting.fit.ask import ContainerAsk
 from accounting.fit.choose import fit_pod
 from accounting.fit.device_order import _device_order, _reposition, device_score
 from accounting.fit.grants import placement_usage

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from accounting import vendor_fit
-from accounting.fit.ask import _memory_need
 from accounting.fit.node_state import _NodeColumns
 from accounting.fit.plan import _PodPlan, _VendorPlan
 from accounting.model import Container, DeviceGrant, DeviceUsage, Pod
@@ -52,7 +51,7 @@ def _grants(
         vendor = vendor_plan.vendor_name
         for ask, picks in zip(vendor_plan.asks, placed.positions, strict=True):
             per_position[ask.position] += tuple(
-                DeviceGrant(uuids[p], vendor, _memory_need(ask, memory_total[p]), ask.core_percent)
+                DeviceGrant(uuids[p], vendor, ask.memory_on_card(memory_total[p]), ask.core_percent)
                 for p in picks
             )
     return tuple(per_position)

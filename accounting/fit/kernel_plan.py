@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from accounting import quota as quota_rules
 from accounting import vendor_fit
+from accounting.container_ask import ContainerAsk
 from accounting.fit.answer import FitResult, NodeFit, _answer
-from accounting.fit.ask import ContainerAsk
 from accounting.fit.node_fit import _fit_node
 from accounting.fit.node_state import NodeState
 from accounting.fit.plan import _always_within, _PodPlan, _vendor_list, _VendorPlan
@@ -35,7 +35,8 @@ class FitPlan:
     node_policy: str
     """binpack or spread, the pod's annotation applied."""
     asks: tuple[ContainerAsk, ...]
-    """In fitting order (declaration order, app containers last)."""
+    """In fitting order (declaration order, app containers last): the same values the
+    reference fit walks."""
 
     @property
     def vendor_name(self) -> str:
@@ -115,24 +116,7 @@ def fit_plan(
     if len(plan.vendor_plans) != 1:
         return None
     (only,) = plan.vendor_plans
-    return FitPlan(
-        plan,
-        only,
-        chosen_node_policy,
-        tuple(
-            ContainerAsk(
-                ask.position,
-                ask.is_init,
-                ask.device_count,
-                None if ask.memory_mib < 0 else ask.memory_mib,
-                ask.memory_percent,
-                ask.core_percent,
-                ask.exclusive,
-                ask.share_only,
-            )
-            for ask in only.asks
-        ),
-    )
+    return FitPlan(_plan=plan, _vendor_plan=only, node_policy=chosen_node_policy, asks=only.asks)
 
 
 def fit_node_of_plan(plan: FitPlan, node: NodeState) -> NodeFit:

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from accounting import quota as quota_rules
 from accounting import vendor_fit
 from accounting.device_filter import DeviceFilter
-from accounting.fit.ask import _memory_need
 from accounting.fit.device_order import _reposition, device_score
 from accounting.fit.grants import _NodePlacement, _Placed, _Placement, placement_usage
 from accounting.fit.node_state import _Allowed, _NodeColumns
@@ -123,7 +122,7 @@ def _place_by_rules(
         plan.gpu_binpack,
         device_score,
     )
-    ruled = vendor_fit.place(context, vendor_plan.rule_asks, columns.devices)
+    ruled = vendor_fit.place(context, vendor_plan.asks, columns.devices)
     room = vendor_plan.quota_room
     if isinstance(ruled, vendor_fit.RuleFailure) or room is None:
         return ruled
@@ -187,7 +186,14 @@ def _place_vendor(
     placement: _Placement = []
 
     for ask in vendor_plan.asks:
-        _, is_init, count, memory_fixed, memory_percent, cores, exclusive, share_only, _, _ = ask
+        is_init = ask.is_init
+        count = ask.count
+        # -1: a share of each card, sized per card in the loop.
+        memory_fixed = -1 if ask.memory_mib is None else ask.memory_mib
+        memory_percent = ask.memory_percent
+        cores = ask.core_percent
+        exclusive = ask.exclusive
+        share_only = ask.share_only
         if count > vendor_devices:
             return ask.order, NODE_INSUFFICIENT_DEVICE
         if moved is not None:
@@ -252,7 +258,7 @@ def _place_vendor(
             )
         if quota is not None:
             for p in picks:
-                quota.commit(is_init, p, _memory_need(ask, memory_total[p]), cores)
+                quota.commit(is_init, p, ask.memory_on_card(memory_total[p]), cores)
         if not is_init:
             for p in picks:
                 slots_free[p] -= 1

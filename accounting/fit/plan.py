@@ -11,10 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from accounting import quota as quota_rules
-from accounting import vendor_fit
 from accounting.annotations import GPU_POLICY_ANNOTATION
+from accounting.container_ask import ContainerAsk, container_ask
 from accounting.device_filter import DeviceFilter
-from accounting.fit.ask import _Ask, _build_ask
 from accounting.fit.policies import BINPACK, _checked_policy, _resolve_policy
 from accounting.fit.quota_walk import QuotaContext
 from accounting.model import ContainerClass, Pod
@@ -24,21 +23,20 @@ from accounting.vendors import NVIDIA_RESOURCES, VendorResources, specs_for
 
 @dataclass(frozen=True, slots=True)
 class _VendorPlan:
-    """One vendor's part of a pod's plan: its asks, filter, quota room and rules."""
+    """One vendor's part of a pod's plan: its asks, filter, quota room and rules (the asks are
+    the same values for the generic loop and for ``accounting.vendor_fit``)."""
 
     spec: VendorSpec
     vendor: VendorResources
     vendor_name: str
     """vendor.vendor, read once per node."""
-    asks: tuple[_Ask, ...]
+    asks: tuple[ContainerAsk, ...]
     """The containers asking for the vendor's devices, in fitting order (declaration order,
     apps last)."""
     device_filter: DeviceFilter | None
     quota_room: quota_rules.QuotaRoom | None
     """What the namespace quota leaves the pod of this vendor (``quota.usage_room``); None when
     no limit could refuse anything (no quota context, or no enforced limit set)."""
-    rule_asks: tuple[vendor_fit.RuleAsk, ...]
-    """The same asks as ``accounting.vendor_fit`` reads them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +53,7 @@ class _PodPlan:
     that fits)."""
 
     @property
-    def asks(self) -> tuple[_Ask, ...]:
+    def asks(self) -> tuple[ContainerAsk, ...]:
         """Every vendor's asks."""
         return tuple(ask for plan in self.vendor_plans for ask in plan.asks)
 
@@ -81,9 +79,17 @@ class _PodPlan:
         plans: list[_VendorPlan] = []
         for spec in specs_for(vendors):
             asks = tuple(
-                ask._replace(order=order)
+                ask
                 for order, position in enumerate(fitting_order)
-                if (ask := _build_ask(position, pod.containers[position], spec)) is not None
+                if (
+                    ask := container_ask(
+                        order=order,
+                        position=position,
+                        container=pod.containers[position],
+                        spec=spec,
+                    )
+                )
+                is not None
             )
             if not asks:
                 continue
@@ -100,10 +106,6 @@ class _PodPlan:
                     asks=asks,
                     device_filter=DeviceFilter.from_annotations(pod.annotations, spec.selection),
                     quota_room=room,
-                    rule_asks=tuple(
-                        vendor_fit.RuleAsk(ask.order, ask.position, ask.is_init, ask.demand)
-                        for ask in asks
-                    ),
                 )
             )
         return cls(
@@ -123,10 +125,10 @@ def _always_within(
     largest = max(memory_total, default=0)
     memory = cores = devices = 0
     for ask in plan.asks:
-        need = ask.memory_mib if ask.memory_mib >= 0 else largest * ask.memory_percent // 100
-        memory += ask.device_count * need
-        cores += ask.device_count * ask.core_percent
-        devices += ask.device_count
+        need = ask.memory_mib if ask.memory_mib is not None else largest * ask.memory_percent // 100
+        memory += ask.count * need
+        cores += ask.count * ask.core_percent
+        devices += ask.count
     return room.allows(memory, cores, min(devices, len(memory_total)))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from accounting.amount import Amount
-from accounting.fit.ask import _Ask, _memory_need
+from accounting.container_ask import ContainerAsk
 from accounting.fit.node_state import _NodeColumns
 from accounting.fit.quota_walk import _QuotaWalk
 from accounting.pod import EXCLUSIVE_CORE_PERCENT
@@ -27,7 +27,7 @@ from accounting.reasons import (
 )
 
 
-def _capacity_refusal(ask: _Ask, used: Amount, capacity: Amount) -> str | None:
+def _capacity_refusal(ask: ContainerAsk, used: Amount, capacity: Amount) -> str | None:
     """The first capacity rule that refuses a card for one container's request, or None."""
     short = card_shortfall(ask.demand.on_card(capacity.memory_mib), capacity - used)
     if short is not None:
@@ -46,7 +46,7 @@ def _capacity_refusal(ask: _Ask, used: Amount, capacity: Amount) -> str | None:
 
 
 def _walk_reasons(
-    ask: _Ask,
+    ask: ContainerAsk,
     blocks: Sequence[str | None],
     order: Sequence[int],
     columns: _NodeColumns,
@@ -81,7 +81,7 @@ def _walk_reasons(
         if slots_free[p] <= 0:
             reason = CARD_TIME_SLICING_EXHAUSTED
         elif quota is not None:
-            added = quota.added(p, _memory_need(ask, capacity.memory_mib), ask.core_percent)
+            added = quota.added(p, ask.memory_on_card(capacity.memory_mib), ask.core_percent)
             if not quota.fits(taken, added):
                 reason = RESOURCE_QUOTA_NOT_FIT
         if reason is None:
