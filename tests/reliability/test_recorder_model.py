@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -61,9 +62,15 @@ from tests.reliability.model import (
     timeline,
     usage_from_pb,
 )
-from tests.reliability.sizes import report, sized
+from tests.reliability.sizes import report, sized, sized_s
 
-RPC_TIMEOUT_S = 10.0
+RPC_TIMEOUT_S = sized_s(10.0, 60.0)
+"""What a call may take before the recorder is taken to have hung. One process holds the test,
+Hypothesis and the recorder, and at the soak size its heap keeps growing: a full garbage
+collection stops every thread of it, and on two starved cores the process gets a small share of
+a CPU, so a collection that costs a fraction of a second of CPU can stop the recorder for
+seconds. A deadline is a hang detector here, not a latency goal (those are in bench/);
+docs/security.md has the measurements."""
 # The soak size is bounded by time: a 40-step sequence makes about 9 RPCs per step (the
 # invariant reads every live and forgotten pod back), and the one recorder serving every
 # sequence keeps growing (nodes, namespaces, tombstones, a longer journal to recover on each
@@ -80,6 +87,17 @@ LIFECYCLE_PATHS = (
 """The RecordPod decisions the model run must have seen answered at least once."""
 MAX_TOP_UP_BATCHES = 4
 """Further batches run, at most, while a lifecycle path has not been taken."""
+
+
+class RecorderDidNotAnswer(BaseException):
+    """A call that ended DEADLINE_EXCEEDED or UNAVAILABLE: the recorder, or the machine under it,
+    stalled. That says nothing about the history drawn, and a replay answers in time, so
+    Hypothesis would report it as FlakyStrategyDefinition, hiding the call that stalled. Not an
+    ``Exception``: Hypothesis neither shrinks nor replays it, and the test ends with this error
+    and the seed to run the history again."""
+
+
+STALLED_CODES = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
 
 
 class Recorder:
@@ -168,6 +186,8 @@ class RecorderMachine(RuleBasedStateMachine):
         """Uids forgotten before they were ever recorded (their add may still arrive)."""
         self.uids = itertools.count()
         self.restarts = 0
+        self.stalled = False
+        """A call found the recorder stalled: the history stops there, unchecked."""
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -177,7 +197,19 @@ class RecorderMachine(RuleBasedStateMachine):
 
     def call(self, method: str, request: object) -> object:
         type(self).rpcs += 1
-        return getattr(self.stub, method)(request, timeout=RPC_TIMEOUT_S)
+        started = time.perf_counter()
+        try:
+            return getattr(self.stub, method)(request, timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError as error:
+            if error.code() not in STALLED_CODES:  # type: ignore[attr-defined]
+                raise
+            self.stalled = True
+            raise RecorderDidNotAnswer(
+                f"{method} ended {error.code().name} after "  # type: ignore[attr-defined]
+                f"{time.perf_counter() - started:.1f} s (deadline {RPC_TIMEOUT_S} s, "
+                f"{self.recorder.restarts} restarts so far, load average "
+                f"{os.getloadavg()[0]:.1f}): {error.details()}"  # type: ignore[attr-defined]
+            ) from error
 
     def deliver(self, pod: LivePod, index: int, as_json: bool) -> None:
         """Sends the pod's status ``index`` and checks the answer against the reference."""
@@ -376,6 +408,10 @@ class RecorderMachine(RuleBasedStateMachine):
             assert charged == node_totals(stored[uid] for uid in on_node), node
 
     def teardown(self) -> None:
+        if self.stalled:
+            # The step in flight was cut off: its pod's reference may be ahead of the recorder,
+            # and a failed assertion here would stand in for the stall.
+            return
         # Every pod forgotten: every total is zero.
         for uid in list(self.pods):
             self.call("ForgetPod", usage_pb2.ForgetPodRequest(pod_uid=uid))
@@ -468,3 +504,35 @@ def test_a_forgotten_uid_is_never_charged_again(recorder: Recorder) -> None:
     finally:
         for uid in (late.uid, early_delete.uid):
             stub.ForgetPod(usage_pb2.ForgetPodRequest(pod_uid=uid), timeout=RPC_TIMEOUT_S)
+
+
+class _StallsOnce:
+    """The recorder's stub (its current one: a restart replaces it) with one call, the
+    ``at``-th, given a deadline already past: a stall that a replay of the history does not
+    meet."""
+
+    def __init__(self, recorder: Recorder, at: int) -> None:
+        self._recorder = recorder
+        self._at = at
+        self.calls = 0
+
+    def __getattr__(self, method: str) -> Callable[..., object]:
+        send = getattr(self._recorder.stub, method)
+
+        def call(request: object, timeout: float) -> object:
+            self.calls += 1
+            return send(request, timeout=-1.0 if self.calls == self._at else timeout)
+
+        return call
+
+
+def test_a_stalled_call_ends_the_run_as_itself(
+    recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stub = _StallsOnce(recorder, at=12)
+    monkeypatch.setattr(RecorderMachine, "recorder", recorder, raising=False)
+    monkeypatch.setattr(RecorderMachine, "stub", property(lambda _self: stub))
+    quick = settings(_MODEL_SETTINGS, max_examples=5, stateful_step_count=5)
+    with pytest.raises(RecorderDidNotAnswer, match=r"ended DEADLINE_EXCEEDED after"):
+        run_state_machine_as_test(RecorderMachine, settings=quick)
+    assert stub.calls >= 12
