@@ -15,7 +15,9 @@ its own reservation (docs/design.md §3, "What the recorder believes"):
   cores), for the vendors whose grant is the request itself; a grant above it stays (a whole
   card is given whole). MIG instances and the vendors with rules of their own (templates,
   profiles, masks, whole devices, per-pod shares) keep the grant as annotated: the device
-  plugin creates exactly that instance or partition, so it is what the pod holds;
+  plugin creates exactly that instance or partition, so it is what the pod holds. A MIG
+  grant holds its instance, so it is charged at least the memory and cores of the profile its
+  card registers under that name, whatever memory the annotation writes beside it;
 * the node is the one the pod is bound to (``spec.nodeName`` over ``hami.io/vgpu-node``, the
   Kubernetes reader's rule), and a grant naming a device that node does not have is refused
   by the ledger (``INVALID_ARGUMENT``, nothing stored): the device plugin cannot hand it out.
@@ -78,7 +80,8 @@ def believe(
     floored = [spec for spec in specs if floors_grants(spec)]
     distrusted: list[str] = []
     containers = tuple(
-        _raised(container, floored, by_uuid, distrusted) for container in pod.containers
+        _instances_sized(_raised(container, floored, by_uuid, distrusted), by_uuid, distrusted)
+        for container in pod.containers
     )
     if not distrusted:
         return Belief(pod)
@@ -145,6 +148,31 @@ def _raised(
                     f"{grant.memory_mib} MiB and {grant.core_percent}%: charged the request"
                 )
                 grants[index] = raised
+    return replace(container, grants=tuple(grants))
+
+
+def _instances_sized(
+    container: Container, devices: Mapping[str, Device], distrusted: list[str]
+) -> Container:
+    """The container with each MIG grant raised to its instance's profile on its card."""
+    grants = list(container.grants)
+    for index, grant in enumerate(grants):
+        device = devices.get(grant.uuid)
+        if grant.mig is None or device is None:
+            continue
+        profile = next((p for p in device.mig_profiles if p.name == grant.mig.profile), None)
+        if profile is None:
+            continue
+        raised = _at_least(grant, profile.memory_mib, profile.core_percent)
+        if raised is not grant:
+            distrusted.append(
+                f"container {container.name} holds a {profile.name} instance on {grant.uuid} "
+                f"({profile.memory_mib} MiB, {profile.core_percent}%); its grant says "
+                f"{grant.memory_mib} MiB and {grant.core_percent}%: charged the instance"
+            )
+            grants[index] = raised
+    if grants == list(container.grants):
+        return container
     return replace(container, grants=tuple(grants))
 
 

@@ -15,7 +15,15 @@ from hypothesis import strategies as st
 from accounting.believed_grants import believe, floors_grants
 from accounting.lifecycle import StoredPod
 from accounting.mig import MIG_MODE
-from accounting.model import Device, DeviceGrant, DeviceUsage, MigInstance, MigPlacement, Pod
+from accounting.model import (
+    Device,
+    DeviceGrant,
+    DeviceUsage,
+    MigInstance,
+    MigPlacement,
+    MigProfile,
+    Pod,
+)
 from accounting.policy import DEFAULT_POLICY
 from accounting.vendor_spec import VendorSpec
 from accounting.vendors import VENDORS, find
@@ -49,6 +57,11 @@ _MIG = dataclasses.replace(
     device("m0"), mode=MIG_MODE, memory_total_mib=40960,
 )
 _INSTANCE = MigInstance("7g.40gb", MigPlacement(0, 8))
+_A100 = dataclasses.replace(_MIG, mig_profiles=(
+    MigProfile("1g.5gb", 5120, 14, 1, tuple(MigPlacement(s, 1) for s in range(7))),
+    MigProfile("3g.20gb", 20480, 42, 4, (MigPlacement(0, 4), MigPlacement(4, 4))),
+))
+_HALF = MigInstance("3g.20gb", MigPlacement(4, 4))
 
 _RESERVED = (
     (gpu("g0", mib=20000),),
@@ -79,6 +92,18 @@ CASES = (
          one(dataclasses.replace(gpu("m0", mib=40960, cores=100), mig=_INSTANCE), req(mib=1)),
          ((dataclasses.replace(gpu("m0", mib=40960, cores=100), mig=_INSTANCE),),), False,
          devices=(_MIG,)),
+    Case("a MIG instance forged at 1 MiB: charged its registered profile",
+         one(dataclasses.replace(gpu("m0", mib=1, cores=0), mig=_HALF), req(mib=1)),
+         ((dataclasses.replace(gpu("m0", mib=20480, cores=42), mig=_HALF),),), True,
+         devices=(_A100,)),
+    Case("a forged MIG instance in a container that asks nothing: charged its profile too",
+         one(dataclasses.replace(gpu("m0", mib=1, cores=0), mig=_HALF)),
+         ((dataclasses.replace(gpu("m0", mib=20480, cores=42), mig=_HALF),),), True,
+         devices=(_A100,)),
+    Case("an honest MIG grant (its profile's figures) is taken as sent",
+         one(dataclasses.replace(gpu("m0", mib=20480, cores=42), mig=_HALF), req(mib=8000)),
+         ((dataclasses.replace(gpu("m0", mib=20480, cores=42), mig=_HALF),),), False,
+         devices=(_A100,)),
     Case("a grant on a MIG card without its instance: kept (the ledger closes the card)",
          one(gpu("m0", mib=1), req(mib=5000)), ((gpu("m0", mib=1),),), False,
          devices=(_MIG,)),

@@ -5,6 +5,7 @@ charged (docs/security.md, "Who may write what")."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from hami.accounting.v1 import types_pb2, usage_pb2
@@ -18,6 +19,7 @@ from tests.support.pods import (
     kube_pod,
     to_json,
 )
+from tests.support.vendor_cases import A100_PROFILES
 from tests.usage.conftest import RPC_TIMEOUT_S, StartRecorder
 from tests.usage.test_store_k8s import stored_mib, wait_for, write_kubeconfig
 
@@ -94,3 +96,31 @@ def test_the_kubernetes_source_believes_no_more_than_record_pod(
         assert stored_mib(recorder, "uid-forged") == 20000
     finally:
         apiserver.stop()
+
+
+def test_a_forged_mig_instance_is_charged_its_profile_not_the_annotated_memory(
+    start_recorder: StartRecorder,
+) -> None:
+    """A pod created past the webhook with half an A100 (3g.20gb) written as 1 MiB holds the
+    instance the device plugin creates: its namespace is charged the profile's memory."""
+    recorder = start_recorder()
+    card = {**gpu_device("GPU-mig-0", memory_mib=40960, slots=7), "mode": "mig",
+            "type": "NVIDIA-A100-SXM4-40GB", "migProfiles": A100_PROFILES}
+    recorder.stub.RegisterNode(usage_pb2.RegisterNodeRequest(
+        kubernetes_node_json=to_json(kube_node("node-mig", [card]))), timeout=RPC_TIMEOUT_S)
+    instance = [{"containerIndex": 0, "deviceIndex": 0, "gpuUUID": "GPU-mig-0",
+                 "profile": "3g.20gb", "placement": {"start": 4, "size": 4}}]
+    forged = kube_pod("forger", namespace=NS, apps=[app_container("main", gpumem=1)],
+                      allocation=allocation([("GPU-mig-0", 1, 0)]), node="node-mig",
+                      phase="Running",
+                      annotations={"nvidia.com/vgpu-mode": "mig",
+                                   "hami.io/vgpu-mig-allocations": json.dumps(instance)})
+
+    response = recorder.stub.RecordPod(
+        usage_pb2.RecordPodRequest(kubernetes_pod_json=to_json(forged)), timeout=RPC_TIMEOUT_S)
+    used = recorder.stub.GetNamespaceUsage(
+        usage_pb2.GetNamespaceUsageRequest(namespace=NS), timeout=RPC_TIMEOUT_S)
+
+    assert [(u.uuid, u.memory_mib, u.core_percent) for u in response.stored] == [
+        ("GPU-mig-0", 20480, 42)]
+    assert {i.resource: i.used for i in used.items}["nvidia.com/gpumem"] == 20480
