@@ -70,7 +70,13 @@ from accounting.fit.answer import FitResult, NodeFit, no_device_asked
 from accounting.fit.choose import fit_pod
 from accounting.fit.device_order import _device_order, _reposition, device_score
 from accounting.fit.grants import placement_usage
-from accounting.fit.kernel_plan import FitPlan, fit_node_of_plan, fit_plan, fitted_answer
+from accounting.fit.kernel_plan import (
+    DeviceTables,
+    FitPlan,
+    fit_node_of_plan,
+    fit_plan,
+    fitted_answer,
+)
 from accounting.fit.node_fit import fit_node, fit_nodes
 from accounting.fit.node_state import NodeState
 from accounting.fit.plan import pod_requests_devices
@@ -89,6 +95,7 @@ __all__ = [
     "USE_GPU_UUID_ANNOTATION",
     "VGPU_MODE_ANNOTATION",
     "ContainerAsk",
+    "DeviceTables",
     "FitPlan",
     "FitResult",
     "NodeFit",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from accounting import quota as quota_rules
 from accounting import vendor_fit
@@ -21,6 +22,26 @@ from accounting.fit.policies import BINPACK, SPREAD, node_policy_for
 from accounting.fit.quota_walk import QuotaContext
 from accounting.model import DeviceState, Pod
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceTables:
+    """A pod's device selection and its vendor's rules as tables over a fast path's
+    vocabularies (``FitPlan.device_tables``), so the fast path reads arrays instead of calling
+    the plan per device."""
+
+    type_refused: tuple[bool, ...]
+    """Per (model, mode) of the vocabulary: the pod's type and mode annotations refuse such a
+    device (CardTypeMismatch)."""
+    rules_needed: tuple[bool, ...]
+    """Per device set of the vocabulary: a node with it is fitted by the vendor's own rules
+    (``accounting.vendor_fit``: MIG-mode cards, templates, topology...), not the generic walk."""
+    uuid_allowed: Mapping[str, bool]
+    """Per UUID the pod's annotations name (to use, or not to use): whether the pod may use
+    that device (CardUuidMismatch otherwise)."""
+    unlisted_uuid_allowed: bool
+    """Whether the pod may use a device whose UUID it does not name (false when it lists the
+    only UUIDs it may use)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,32 +76,38 @@ class FitPlan:
 
     @property
     def selects_devices(self) -> bool:
-        """The pod names devices by type, mode or UUID (``type_refused``, ``uuid_refused``)."""
+        """The pod names devices by type, mode or UUID (``device_tables`` says which)."""
         return self._vendor_plan.device_filter is not None
 
-    def type_refused(self, model: str, mode: str) -> bool:
-        """Whether the pod's type and mode annotations refuse a device (CardTypeMismatch)."""
+    def device_tables(
+        self,
+        *,
+        kinds: Sequence[tuple[str, str]],
+        signatures: Sequence[Sequence[DeviceState]],
+    ) -> DeviceTables:
+        """What the plan decides of the devices a fast path lays out by vocabulary: for each
+        (model, mode) of ``kinds``, for each device set of ``signatures`` (a node's devices:
+        only their vendors and modes are read), and for every UUID the pod names. The fast
+        path reads these tables and calls nothing back."""
         chosen = self._vendor_plan.device_filter
-        return chosen is not None and chosen.type_refused(model, mode)
-
-    def uuid_refused(self, uuid: str) -> bool:
-        """Whether the pod's UUID annotations refuse a device (CardUuidMismatch)."""
-        chosen = self._vendor_plan.device_filter
-        return chosen is not None and chosen.uuid_refused(uuid)
-
-    @property
-    def uuids_allowed_only(self) -> bool:
-        """The pod lists the only UUIDs it may use: every device it does not list is refused."""
-        chosen = self._vendor_plan.device_filter
-        return chosen is not None and bool(chosen.use_uuids)
-
-    @property
-    def listed_uuids(self) -> frozenset[str]:
-        """Every UUID the pod's annotations name (to use, or not to use)."""
-        chosen = self._vendor_plan.device_filter
+        spec = self._vendor_plan.spec
+        rules_needed = tuple(vendor_fit.needs_rules(spec, devices) for devices in signatures)
         if chosen is None:
-            return frozenset()
-        return frozenset().union(*chosen.use_uuids, chosen.nouse_uuids)
+            return DeviceTables(
+                type_refused=(False,) * len(kinds),
+                rules_needed=rules_needed,
+                uuid_allowed=MappingProxyType({}),
+                unlisted_uuid_allowed=True,
+            )
+        listed = frozenset().union(*chosen.use_uuids, chosen.nouse_uuids)
+        return DeviceTables(
+            type_refused=tuple(chosen.type_refused(model, mode) for model, mode in kinds),
+            rules_needed=rules_needed,
+            uuid_allowed=MappingProxyType(
+                {uuid: not chosen.uuid_refused(uuid) for uuid in sorted(listed)}
+            ),
+            unlisted_uuid_allowed=not chosen.use_uuids,
+        )
 
     def always_within_quota(self, memory_total: Sequence[int]) -> bool:
         """Whether no card of a node with these cards could be refused by the quota (then

@@ -24,6 +24,12 @@ row per distinct device state: nodes alike get one verdict, ``_run_per_state``):
   AllocatedCardsInsufficientRequest (without a quota to price, whether a device passes does
   not depend on the walk order), or NodeInsufficientDevice.
 
+What the plan decides of devices it hands over as tables, once per Filter over the columns'
+vocabularies (``tables_for``: ``FitPlan.device_tables``): whether the pod's type and mode
+annotations refuse each (model, mode), whether it may use each UUID it names, and which sets of
+(vendor, mode) are fitted by the vendor's own rules; the kernel reads them through the columns'
+ids and calls nothing back per device.
+
 What it leaves to the reference fit (``fit_node``, node by node), so the answer stays exact:
 rows the table does not lay out in columns (``NodeTable`` ``kernel_ok``), the nodes a caller
 hands in as ``NodeState`` (read directly from the recorder), and nodes where the namespace
@@ -42,6 +48,7 @@ import numpy.typing as npt
 
 from accounting.fit import (
     BINPACK,
+    DeviceTables,
     FitPlan,
     FitResult,
     NodeFit,
@@ -110,16 +117,15 @@ def fit_candidates(
     the Filter's arguments, and must ask for at least one device."""
     fields = columns.fields
     names = columns.names
+    tables = tables_for(plan, columns)
     kernel_rows = fields["kernel_ok"].copy()
     # Nodes the vendor's own rules fit (MIG-mode cards...) go to the reference fit: decided
     # once per set of (vendor, mode) pairs, which is all the decision reads.
-    needs_rules = np.array(
-        [plan.needs_rules(node.devices) for node in columns.signatures] or [False]
-    )
+    needs_rules = np.array(tables.rules_needed or (False,))
     kernel_rows &= ~needs_rules[fields["signature"]]
     if plan.quota_room is not None and kernel_rows.any():
         kernel_rows &= _within_quota(plan, fields)
-    result = _run_per_state(plan, columns, kernel_rows)
+    result = _run_per_state(plan, tables, columns, kernel_rows)
 
     failed: dict[str, str] = {}
     extra_scores: dict[str, float] = {}
@@ -250,7 +256,17 @@ def _within_quota(plan: FitPlan, fields: dict[str, npt.NDArray[np.generic]]) -> 
     return within
 
 
-def _allowed(plan: FitPlan, columns: Columns) -> tuple[BoolArray, BoolArray, BoolArray]:
+def tables_for(plan: FitPlan, columns: Columns) -> DeviceTables:
+    """The plan's tables over the vocabularies of ``columns``: its (model, mode) pairs and its
+    sets of (vendor, mode) pairs, each decided once however many devices share it."""
+    return plan.device_tables(
+        kinds=columns.kinds, signatures=[node.devices for node in columns.signatures]
+    )
+
+
+def _allowed(
+    plan: FitPlan, tables: DeviceTables, columns: Columns
+) -> tuple[BoolArray, BoolArray, BoolArray]:
     """(type allowed, UUID allowed, of the vendor) per device, for the pod."""
     fields = columns.fields
     vendor_id = columns.vendors.get(plan.vendor_name, -1)
@@ -260,21 +276,22 @@ def _allowed(plan: FitPlan, columns: Columns) -> tuple[BoolArray, BoolArray, Boo
         everywhere = np.ones(shape, dtype=np.bool_)
         return everywhere, everywhere, of_vendor
     # The pod's type and mode annotations, decided once per (model, mode) the table knows.
-    refused_kinds = np.array(
-        [plan.type_refused(model, mode) for model, mode in columns.kinds] or [False]
-    )
+    refused_kinds = np.array(tables.type_refused or (False,))
     type_ok = ~refused_kinds[fields["kind_id"]]
-    listed = plan.listed_uuids
-    uuid_ok = np.full(shape, not plan.uuids_allowed_only, dtype=np.bool_)
+    listed = tables.uuid_allowed
+    uuid_ok = np.full(shape, tables.unlisted_uuid_allowed, dtype=np.bool_)
     if listed:
         for row, uuids in enumerate(columns.uuids.tolist()):
             for position, uuid in enumerate(uuids):
-                if uuid in listed:
-                    uuid_ok[position, row] = not plan.uuid_refused(uuid)
+                allowed = listed.get(uuid)
+                if allowed is not None:
+                    uuid_ok[position, row] = allowed
     return type_ok, uuid_ok, of_vendor
 
 
-def _run_per_state(plan: FitPlan, columns: Columns, rows: BoolArray) -> KernelResult:
+def _run_per_state(
+    plan: FitPlan, tables: DeviceTables, columns: Columns, rows: BoolArray
+) -> KernelResult:
     """``_run`` on one row per distinct device state (NodeTable ``state_id``), each verdict
     then given to every row of that state: nodes alike (the same cards with the same usage, as
     most of a cluster is) get the same verdict, so the kernel's cost follows the number of
@@ -282,20 +299,20 @@ def _run_per_state(plan: FitPlan, columns: Columns, rows: BoolArray) -> KernelRe
     kernel rows are: every test that picks them reads the state). Not when the pod names
     UUIDs, the one thing alike nodes do not share, nor when few rows are alike."""
     ids = columns.fields["state_id"]
-    if plan.listed_uuids or not ids.size:
-        return _run(plan, columns, rows)
+    if tables.uuid_allowed or not ids.size:
+        return _run(plan, tables, columns, rows)
     seen = np.zeros(int(ids.max()) + 1, dtype=np.bool_)
     seen[ids] = True
     distinct = np.flatnonzero(seen)
     if distinct.size * 2 > ids.size:
-        return _run(plan, columns, rows)
+        return _run(plan, tables, columns, rows)
     place = np.zeros(seen.shape, dtype=np.int64)
     place[distinct] = np.arange(distinct.size)
     state_of_row = place[ids]
     # Any row of a state stands for it (whichever one the assignment keeps).
     sample = np.empty(distinct.size, dtype=np.int64)
     sample[state_of_row] = np.arange(ids.size)
-    result = _run(plan, columns.take(sample), rows[sample])
+    result = _run(plan, tables, columns.take(sample), rows[sample])
     return KernelResult(result.fits[state_of_row], result.reason_keys[state_of_row])
 
 
@@ -304,14 +321,18 @@ Picks = list[list[BoolArray]]
 
 
 def _run(
-    plan: FitPlan, columns: Columns, rows: BoolArray, picks: Picks | None = None
+    plan: FitPlan,
+    tables: DeviceTables,
+    columns: Columns,
+    rows: BoolArray,
+    picks: Picks | None = None,
 ) -> KernelResult:
     """Fits every container of the pod on every row of ``rows`` (the module docstring);
     ``picks``, when given, gets every ask's picks (the tests compare them with the grants)."""
     fields = columns.fields
     present = fields["present"]
     healthy = fields["healthy"]
-    type_ok, uuid_ok, of_vendor = _allowed(plan, columns)
+    type_ok, uuid_ok, of_vendor = _allowed(plan, tables, columns)
     allowed = present & healthy & of_vendor & type_ok & uuid_ok
     vendor_devices = np.add.reduce(present & of_vendor, axis=0, dtype=np.int16)
     slots_total = fields["slots_total"]

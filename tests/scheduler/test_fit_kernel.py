@@ -11,7 +11,9 @@ its grants, every failed node's reason, every score, the reason code and the mes
 equal. A second property compares the kernel's own verdict per node (the rows it fits itself)
 with fit_node, so the columns are tested even where the answer would hide a difference. A
 third draws clusters of alike nodes (copies of a few states under their own names and UUIDs),
-where the kernel fits one node per distinct state and hands its verdict to the others.
+where the kernel fits one node per distinct state and hands its verdict to the others. A fourth
+pins the tables the plan hands the kernel (per model and mode, per UUID, per set of vendors and
+modes), as the kernel lays them over its columns, to the plan's decisions per device.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from accounting.device_filter import DeviceFilter
 from accounting.fit import (
     GPU_POLICY_ANNOTATION,
     NODE_POLICY_ANNOTATION,
@@ -45,7 +48,7 @@ from accounting.model import (
     Pod,
     QuotaItem,
 )
-from accounting.vendors import VendorResources
+from accounting.vendors import VendorResources, spec_for
 from services.scheduler import fit_kernel
 from services.scheduler.node_table import Columns, NodeTable
 
@@ -266,7 +269,9 @@ def test_every_row_the_kernel_fits_itself_gets_the_reference_verdict(
     generic = [not plan.needs_rules(state.devices) for state in columns.states]
 
     picks: fit_kernel.Picks = []
-    result = fit_kernel._run(plan, columns, np.array(generic), picks)
+    result = fit_kernel._run(
+        plan, fit_kernel.tables_for(plan, columns), columns, np.array(generic), picks
+    )
 
     for row, name in enumerate(columns.names):
         if not generic[row]:
@@ -282,6 +287,42 @@ def test_every_row_the_kernel_fits_itself_gets_the_reference_verdict(
         for ask, taken in zip(plan.asks, picks, strict=True):
             chosen = [uuids[p] for mask in taken for p in mask[:, row].nonzero()[0].tolist()]
             assert chosen == [g.uuid for g in reference.grants[ask.position]]
+
+
+@SETTINGS
+@given(
+    pods(),
+    st.lists(st.sampled_from(NODE_NAMES), min_size=1, max_size=6, unique=True),
+    st.data(),
+    vendors,
+)
+def test_the_plans_tables_over_the_columns_are_its_decisions_per_device(
+    pod: Pod, names: list[str], data: st.DataObject, vendor: VendorResources
+) -> None:
+    """The tables the plan hands the kernel (per model and mode, per UUID the pod names, per
+    set of vendors and modes), laid over the columns by the kernel, refuse exactly the devices
+    the pod's selection annotations refuse, and leave to the vendor's rules exactly the nodes
+    the plan says need them."""
+    nodes = [data.draw(node_states(name)) for name in names]
+    columns, _ = table_of(nodes, []).gather(names)
+    plan = fit_plan(pod, vendor=vendor)
+    assert plan is not None
+    tables = fit_kernel.tables_for(plan, columns)
+    selection = DeviceFilter.from_annotations(pod.annotations, spec_for(vendor.vendor).selection)
+
+    type_ok, uuid_ok, of_vendor = fit_kernel._allowed(plan, tables, columns)
+    rules = np.array(tables.rules_needed)[columns.fields["signature"]]
+    for row, state in enumerate(columns.states):
+        assert bool(rules[row]) == plan.needs_rules(state.devices)
+        for position, device_state in enumerate(state.devices):
+            device = device_state.device
+            assert bool(of_vendor[position, row]) == (device.vendor == vendor.vendor)
+            refuses_type = selection is not None and selection.type_refused(
+                device.model, device.mode
+            )
+            refuses_uuid = selection is not None and selection.uuid_refused(device.uuid)
+            assert bool(type_ok[position, row]) == (not refuses_type)
+            assert bool(uuid_ok[position, row]) == (not refuses_uuid)
 
 
 def copy_of(template: NodeState, name: str) -> NodeState:
