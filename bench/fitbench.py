@@ -21,6 +21,7 @@ from collections.abc import Callable
 from accounting import fit
 from bench.naive_fit import _benchmark_nodes, _benchmark_pod, naive_fit_node
 from services.scheduler import fit_kernel
+from services.scheduler.convert import score_entry
 from services.scheduler.node_table import NodeTable
 
 
@@ -47,7 +48,7 @@ def run(node_count: int, rounds: int, fit_repeat: int, naive_nodes: int) -> dict
                                        "node_state_build": [], "fit_kernel": [],
                                        "columns_gather": []}
     result = fit.fit_pod(pod, nodes)
-    table = NodeTable()
+    table = NodeTable(encode_score=score_entry)
     for node in nodes:
         table.put(node)
     names = [node.node_name for node in nodes]

@@ -97,6 +97,10 @@ class FilterOutcome:
     annotations: Mapping[str, str] = field(default_factory=dict)
     policy_id: str = ""
     """The accounting policy the outcome was computed under ("" when none was needed)."""
+    score_entries: Sequence[bytes] = ()
+    """The FilterResponse.scores entries of the nodes the vectorized fit fitted, encoded when
+    their rows were written (``score_entry``), in the order of ``fit.scores``' columns part
+    (``ColumnScores``); () when there are none."""
 
 
 # -- requests ----------------------------------------------------------------------------------
@@ -340,22 +344,32 @@ def filter_response(pod: Pod, outcome: FilterOutcome) -> scheduler_pb2.FilterRes
     return scheduler_pb2.FilterResponse.FromString(filter_response_bytes(pod, outcome))
 
 
+def score_entry(node_name: str, score: float) -> bytes:
+    """The node's entry of ``FilterResponse.scores`` as protobuf writes it: encoded once per
+    change of the node (the node table keeps it beside the row), then joined into every Filter
+    answer that names the node (a message is its fields' encodings one after the other, so
+    joining them is what protobuf does)."""
+    return scheduler_pb2.FilterResponse(
+        scores=[scheduler_pb2.NodeScore(node_name=node_name, score=score)]
+    ).SerializeToString()
+
+
 def filter_response_bytes(pod: Pod, outcome: FilterOutcome) -> bytes:
     """The FilterResponse of an outcome, encoded.
 
-    The scores of nodes the vectorized fit fitted come already encoded (``ColumnScores``): they
-    are joined after the rest of the message instead of being built as thousands of NodeScore
-    messages (protobuf reads a message's fields in any order, and repeated entries in the
-    order they come).
+    The scores of nodes the vectorized fit fitted come already encoded (``score_entries``, for
+    the columns part of a ``ColumnScores``): they are joined after the rest of the message
+    instead of being built as thousands of NodeScore messages (protobuf reads a message's
+    fields in any order, and repeated entries in the order they come).
     """
     fit = outcome.fit
     scheduled = outcome.reservation is not None and outcome.reservation.reserved
     node_name = fit.node_name if scheduled and fit.node_name else ""
     grants = fit.grants if scheduled else ((),) * len(pod.containers)
     scores = fit.scores
-    encoded: list[bytes] = []
-    if isinstance(scores, ColumnScores):
-        encoded = scores.chunks
+    encoded: Sequence[bytes] = ()
+    if isinstance(scores, ColumnScores) and len(outcome.score_entries) == scores.column_count:
+        encoded = outcome.score_entries
         scores = scores.extra
     head = scheduler_pb2.FilterResponse(
         node_name=node_name,

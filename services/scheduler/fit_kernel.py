@@ -153,10 +153,7 @@ def fit_candidates(
         else:
             failed[fitted.node_name] = fitted.reason
     scores = ColumnScores(
-        columns.name_array.take(fitting).tolist(),
-        node_scores.tolist(),
-        columns.score_chunks.take(fitting).tolist(),
-        extra_scores,
+        columns.name_array.take(fitting).tolist(), node_scores.tolist(), fitting, extra_scores
     )
 
     node_count = len(names) + len(others)
@@ -176,23 +173,23 @@ def fit_candidates(
 
 class ColumnScores(Mapping[str, float]):
     """Node name -> score of the nodes that fit (``FitResult.scores``), kept as the columns
-    give them: a dict is built only when something reads it as one, and ``chunks`` are the
-    nodes' entries of FilterResponse.scores, already encoded (``node_table.score_chunk``), so
-    a Filter's answer over thousands of nodes joins them instead of building messages."""
+    give them: a dict is built only when something reads it as one. ``rows`` says which
+    columns the kernel's part came from, so the adapter can join the entries its node table
+    encoded for them (``Columns.score_chunks``) instead of building messages."""
 
-    __slots__ = ("_mapping", "_names", "_values", "chunks", "extra")
+    __slots__ = ("_mapping", "_names", "_values", "extra", "rows")
 
     def __init__(
         self,
         names: list[str],
         values: list[float],
-        chunks: list[bytes],
+        rows: IntArray,
         extra: dict[str, float],
     ) -> None:
         self._names = names
         self._values = values
-        self.chunks = chunks
-        """The encoded entries of ``names`` (not of ``extra``)."""
+        self.rows = rows
+        """The columns of ``names``, in order (indexes into the Columns fitted)."""
         self.extra = extra
         """The scores of the nodes the reference fit fitted (no chunk)."""
         self._mapping: dict[str, float] | None = None
@@ -212,6 +209,11 @@ class ColumnScores(Mapping[str, float]):
 
     def __len__(self) -> int:
         return len(self._names) + len(self.extra)
+
+    @property
+    def column_count(self) -> int:
+        """How many of the scores are the kernel's (``rows``), not ``extra``."""
+        return len(self._names)
 
 
 class KernelDisagreementError(AssertionError):

@@ -171,7 +171,7 @@ class NodeCache:
         # Replaced, never cleared, when a stream ends: a Filter still reading the old dict
         # keeps a consistent (if stale) view and its answers are not stored into the new one.
         self._nodes: dict[str, _Entry] = {}
-        self._table = NodeTable()
+        self._table = NodeTable(encode_score=convert.score_entry)
         """The registered entries of ``_nodes`` as columns (replaced with it)."""
         self._namespaces: dict[str, QuotaContext] = {}
         """Every namespace's quota items, as the stream carries them (replaced with it)."""
@@ -335,7 +335,7 @@ class NodeCache:
     def _reset(self, live: bool) -> None:
         with self._lock:
             self._nodes = {}
-            self._table = NodeTable()
+            self._table = NodeTable(encode_score=convert.score_entry)
             self._namespaces = {}
             self._touched = {}
             self._applied = 0

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,6 @@ import numpy.typing as npt
 
 from accounting.fit import NodeState, device_score
 from accounting.model import DeviceState
-from hami.accounting.v1 import scheduler_pb2
 
 IntArray = npt.NDArray[np.int64]
 
@@ -76,7 +75,8 @@ class Columns:
     uuids: npt.NDArray[np.object_]
     """The device UUIDs of each column (a tuple)."""
     score_chunks: npt.NDArray[np.object_]
-    """Each column's entry of FilterResponse.scores, encoded (``score_chunk``)."""
+    """Each column's score entry as the table's ``encode_score`` wrote it (the adapter's bytes:
+    the table only keeps them beside the row)."""
     fields: dict[str, Any]
     """Every per-device field (width, N) and per-node field (N,) by name."""
     vendors: dict[str, int]
@@ -189,10 +189,16 @@ def _select(array: npt.NDArray[Any], selection: slice | IntArray) -> npt.NDArray
     return np.take(array, selection, axis=array.ndim - 1)
 
 
+ScoreEncoder = Callable[[str, float], bytes]
+"""A node's name and score -> its entry of the answer, as the adapter writes it (kept per row,
+so a Filter over thousands of nodes joins them instead of encoding each)."""
+
+
 class NodeTable:
     """Columns of every node's devices, rewritten one row per change (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, encode_score: ScoreEncoder) -> None:
+        self._encode_score = encode_score
         self._lock = threading.Lock()
         self._width = 0
         self._capacity = 0
@@ -301,7 +307,7 @@ class NodeTable:
         self._names[row] = state.node_name
         self._states[row] = state
         self._uuids[row] = tuple(d.device.uuid for d in devices)
-        self._score_chunks[row] = score_chunk(state.node_name, state.score)
+        self._score_chunks[row] = self._encode_score(state.node_name, state.score)
         fields = self._fields
         fields["device_count"][row] = count
         fields["node_score"][row] = state.score
@@ -426,11 +432,3 @@ class NodeTable:
         rows = found[~absent]
         rows.sort()
         return rows
-
-def score_chunk(node_name: str, score: float) -> bytes:
-    """The node's entry of ``FilterResponse.scores`` as protobuf writes it: encoded once per
-    change of the node, then joined into every Filter answer that names the node (a message
-    is its fields' encodings one after the other, so joining them is what protobuf does)."""
-    return scheduler_pb2.FilterResponse(
-        scores=[scheduler_pb2.NodeScore(node_name=node_name, score=score)]
-    ).SerializeToString()

@@ -62,6 +62,7 @@ the recorder calls are its children through the traced client channel.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -95,7 +96,7 @@ from services.common.metrics import record_decision
 from services.common.policy import PolicyChangedError, check_unchanged, under_recorder_policy
 from services.scheduler import answers, convert
 from services.scheduler import metrics as scheduler_metrics
-from services.scheduler.candidate_fit import fit_over_candidates
+from services.scheduler.candidate_fit import CandidateFit, fit_over_candidates
 from services.scheduler.config import DEFAULT_RESERVE_ATTEMPTS, DEFAULT_USAGE_TIMEOUT_MS
 from services.scheduler.convert import (
     FilterInput,
@@ -166,6 +167,8 @@ class _RetryState:
     """The last candidates read."""
     fit: FitResult | None = None
     """The last fit computed."""
+    score_entries: Sequence[bytes] = ()
+    """The encoded score entries of the last fit (``CandidateFit.score_entries``)."""
     refused: Reservation | None = None
     """The last Reserve refused."""
 
@@ -305,10 +308,10 @@ class PodPlacer:
                 break
             outcome = self._attempt(call, remaining, state)
             if outcome is not None:
-                return outcome
+                return _with_score_entries(outcome, state)
         assert state.fit is not None and state.refused is not None
         assert state.candidates is not None
-        return answers.out_of_attempts(
+        outcome = answers.out_of_attempts(
             state.fit,
             state.refused,
             node_names=call.node_names,
@@ -318,6 +321,7 @@ class PodPlacer:
             reserve_attempts=self._attempts,
             policy_id=call.policy.policy_id,
         )
+        return _with_score_entries(outcome, state)
 
     def _attempt(
         self, call: _FilterCall, remaining: Sequence[str], state: _RetryState
@@ -388,9 +392,9 @@ class PodPlacer:
         """The fit over the candidates; a "no node fits" over the cache is confirmed with
         direct reads (the candidates then read are returned)."""
         stored = call.known.stored()
-        fit = self._fit(call, candidates, stored)
+        fitted = self._fit(call, candidates, stored)
         if (
-            fit.node_name is None
+            fitted.fit.node_name is None
             and candidates.revision is not None
             and not (state.refresh.issuperset(remaining) and state.fresh_quota)
         ):
@@ -398,9 +402,10 @@ class PodPlacer:
             state.refresh.update(remaining)
             state.fresh_quota = True
             candidates = self._read(call, remaining, state)
-            fit = self._fit(call, candidates, stored)
-        state.fit = fit
-        return candidates, fit
+            fitted = self._fit(call, candidates, stored)
+        state.fit = fitted.fit
+        state.score_entries = fitted.score_entries
+        return candidates, fitted.fit
 
     def _own_reservation_in_the_way(self, call: _FilterCall) -> bool:
         """No node fits, and the Filter has not read what is stored for the pod yet (the
@@ -535,7 +540,7 @@ class PodPlacer:
 
     def _fit(
         self, call: _FilterCall, candidates: Candidates, stored: StoredReservation | None
-    ) -> FitResult:
+    ) -> CandidateFit:
         return fit_over_candidates(
             call.pod,
             candidates,
@@ -571,6 +576,14 @@ class PodPlacer:
                 self._holds.reserved(key, reservation.revision)
             else:
                 self._holds.drop(key)
+
+
+def _with_score_entries(outcome: FilterOutcome, state: _RetryState) -> FilterOutcome:
+    """The outcome with the encoded score entries of its fit, when its fit is the last one
+    computed (the entries are that fit's)."""
+    if not state.score_entries or outcome.fit is not state.fit:
+        return outcome
+    return dataclasses.replace(outcome, score_entries=state.score_entries)
 
 
 def _devices_of(candidates: Candidates, node_name: str) -> dict[str, Device]:

@@ -50,6 +50,7 @@ from accounting.model import (
 )
 from accounting.vendors import VendorResources, spec_for
 from services.scheduler import fit_kernel
+from services.scheduler.convert import score_entry
 from services.scheduler.node_table import Columns, NodeTable
 
 SETTINGS = settings(
@@ -189,7 +190,7 @@ FIT_ARGUMENTS = (policies, policies, quotas, vendors)
 def table_of(nodes: list[NodeState], churn: list[NodeState]) -> NodeTable:
     """A table that saw ``churn`` first (rows written, then dropped or rewritten), then
     ``nodes``: rows are reused and rewritten in place, as the watch events do."""
-    table = NodeTable()
+    table = NodeTable(encode_score=score_entry)
     for node in churn:
         table.put(node)
     for node in churn[::2]:

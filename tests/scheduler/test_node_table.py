@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from accounting.fit import NodeState
 from accounting.model import Device, DeviceState
+from services.scheduler.convert import score_entry
 from services.scheduler.node_table import Columns, NodeTable, device_state_key
 
 NAMES = tuple(f"node-{i}" for i in range(8))
@@ -73,7 +74,7 @@ def same_states(columns: Columns) -> None:
 
 
 def fresh(nodes: dict[str, NodeState]) -> NodeTable:
-    table = NodeTable()
+    table = NodeTable(encode_score=score_entry)
     for state in nodes.values():
         table.put(state)
     return table
@@ -169,7 +170,7 @@ changes = st.lists(
 def test_gathers_between_random_changes_answer_as_a_fresh_table(
     steps: list[tuple[str, str, int, int]], names: list[str], data: st.DataObject
 ) -> None:
-    table = NodeTable()
+    table = NodeTable(encode_score=score_entry)
     nodes: dict[str, NodeState] = {}
     for action, name, used, devices in steps:
         if action == "put":
