@@ -31,6 +31,7 @@ from dataclasses import replace
 
 from accounting import hami_codec, mig
 from accounting.model import Device, DeviceGrant
+from accounting.vendor_data import NEURON_CORES_PER_DEVICE
 from accounting.vendor_spec import Charge, VendorSpec
 
 ASCEND_PREDICATE_TIME = "predicate-time"
@@ -48,7 +49,6 @@ NEURON_ALLOC_TIME = "NEURON_ALLOC_TIME"
 NEURON_ALLOCATED = "NEURON_ALLOCATED"
 NEURON_RESOURCE_TYPE = "NEURON_RESOURCE_TYPE"
 NEURON_PREDICATE_NODE = "aws.amazon.com/predicate-node"
-NEURON_CORES_PER_DEVICE = 2
 ENFLAME_ASSIGNED = "enflame.com/gcu-assigned"
 ENFLAME_ASSIGNED_TIME = "enflame.com/gcu-assigned-time"
 ENFLAME_ASSIGNED_INDEX = "enflame.com/gcu-assigned-index"

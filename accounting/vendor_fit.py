@@ -32,7 +32,6 @@ nothing; a container's own grants are charged once its walk is done, as HAMi's d
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -62,28 +61,27 @@ from accounting.reasons import (
     VENDOR_RULE_NOT_MODELLED,
     format_reasons,
 )
+from accounting.vendor_data import (
+    ASCEND_SOFT_SPLIT_INFO,
+    ASCEND_TOPOLOGY_PREFIX,
+    AWS_INSTANCE_TYPE_INFO,
+    DRS_PROFILE_NAME,
+    DRS_PROFILES_INFO,
+    METAX_APP_CLASS,
+    METAX_DEFAULT_QOS,
+    METAX_QOS_POLICY,
+    NETWORK_ID_INFO,
+    NEURON_BOTH_CORES,
+    NEURON_CORES_PER_DEVICE,
+    NPUS_PER_MODULE,
+    VASTAI_STRATEGY_INFO,
+)
 from accounting.vendor_spec import Charge, VendorSpec
 
 NVIDIA_MODES = ("hami-core", "mps", mig.MIG_MODE)
 """The NVIDIA sharing modes the accounting models: mps has no scheduling rule of its own in
 HAMi and is charged like hami-core; a card in any other mode is refused."""
 WHOLE_CARD_CORES = 100
-ASCEND_TOPOLOGY_PREFIX = "Ascend910"
-"""Ascend chips whose devices may carry a NetworkID (HAMi's ``Ascend910Prefix``)."""
-NETWORK_ID_INFO = "NetworkID"
-ASCEND_SOFT_SPLIT_INFO = "hamiVnpuCore"
-NPUS_PER_MODULE = 2
-"""Ascend 910C: NPUs per physical module."""
-VASTAI_STRATEGY_INFO = "DeviceStrategy"
-NEURON_CORES_PER_DEVICE = 2
-NEURON_BOTH_CORES = 0b11
-AWS_INSTANCE_TYPE_INFO = "AWSNodeType"
-DRS_PROFILES_INFO = "profiles"
-_DRS_PROFILE = re.compile(r"([0-9]+)g\.([0-9]+)gb")
-METAX_APP_CLASS = "metax-tech.com/sgpu-app-class"
-METAX_QOS_POLICY = "metax-tech.com/sgpu-qos-policy"
-METAX_DEFAULT_QOS = "best-effort"
-"""What HAMi's webhook writes when a pod names no QoS policy."""
 
 _NOT_MODELLED: dict[str, str] = {}
 """Rules named in the vendor table that this module does not implement yet: rule -> what HAMi
@@ -644,7 +642,7 @@ def _with_drs_profiles(context: RuleContext, cards: Sequence[_Card]) -> RuleCont
     for card in cards:
         listed = hami_codec.custom_info_profiles(card.state.device.info(DRS_PROFILES_INFO))
         for name, profile_id in listed.items():
-            shape = _DRS_PROFILE.fullmatch(name.strip().lower())
+            shape = DRS_PROFILE_NAME.fullmatch(name.strip().lower())
             if shape is None or max_slice <= 0:
                 continue
             slices = numbers.decimal_integer(shape.group(1)) or 0

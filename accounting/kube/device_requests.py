@@ -28,6 +28,7 @@ from accounting.limits import (
 from accounting.model import DeviceRequest
 from accounting.pod import EXCLUSIVE_CORE_PERCENT, MAX_CORE_PERCENT, WHOLE_CARD_PERCENT
 from accounting.quoting import quote
+from accounting.vendor_data import NEURON_CORES_PER_DEVICE
 from accounting.vendor_spec import SOFT_SPLIT_MODE, Charge, VendorSpec
 
 
@@ -489,9 +490,6 @@ class _ContainerReading:
         )
 
 
-NEURON_CORES_PER_DEVICE = 2
-"""NeuronCores per AWS Neuron device as HAMi's requests see them: the first node's count,
-capped at 2 (HAMi's core masks have two bits); 2 on every current Neuron device."""
 MAX_DRS_SLICES = 64
 """The most DRS slices a request may name (a GCU has a handful)."""
 

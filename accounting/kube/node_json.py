@@ -11,7 +11,6 @@ GCU, Kunlun, AWS Neuron). A node with none of them simply has no HAMi devices.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -29,16 +28,17 @@ from accounting.validate import (
     check_integer_text,
     check_json_integer,
 )
+from accounting.vendor_data import (
+    ASCEND_SOFT_SPLIT_INFO,
+    AWS_INSTANCE_TYPE_INFO,
+    DRS_PROFILE_NAME,
+    DRS_PROFILES_INFO,
+)
 from accounting.vendor_spec import CapacityDevices, DeviceSource, VendorSpec
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources, specs_for
 
 ASCEND_SOFT_SPLIT_ANNOTATION = "hami-vnpu-core"
 """Node annotation: ``"true"`` when the node's Ascend NPUs support hami-core (soft split)."""
-ASCEND_SOFT_SPLIT_INFO = "hamiVnpuCore"
-"""The ``custom_info`` key an Ascend device carries it under."""
-ENFLAME_PROFILES_INFO = "profiles"
-"""The ``custom_info`` key of an Enflame DRS device's profiles (JSON: name -> profile id)."""
-_DRS_PROFILE = re.compile(r"([0-9]+)g\.([0-9]+)gb")
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +160,6 @@ def _sources(obj: Mapping[str, Any], vendors: Sequence[VendorResources]) -> list
 
 AWS_INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 """The node label AWS Neuron's fit reads (``inf*`` instances place devices freely)."""
-AWS_INSTANCE_TYPE_INFO = "AWSNodeType"
 
 
 def _capacity(obj: Mapping[str, Any], prefix: str, found: Violations) -> Mapping[str, Any]:
@@ -444,7 +443,7 @@ def _enflame_devices(
                 custom_info=(
                     ("maxSlice", str(max(slices))),
                     ("minor", str(entry.get("minor") or index)),
-                    (ENFLAME_PROFILES_INFO, encoded_profiles),
+                    (DRS_PROFILES_INFO, encoded_profiles),
                 ),
             )
         )
@@ -463,7 +462,7 @@ def _drs_shapes(
     HAMi's ``parseProfile`` reads them as nothing, and numbers beyond int32 are refused."""
     shapes: list[tuple[int, int]] = []
     for name in profiles:
-        shape = _DRS_PROFILE.fullmatch(str(name))
+        shape = DRS_PROFILE_NAME.fullmatch(str(name))
         if shape is None:
             continue
         size = check_integer_text(found, f"{path}[{quote(str(name))}]", shape.group(1))
