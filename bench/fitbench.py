@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from accounting import fit
 from bench.naive_fit import _benchmark_nodes, _benchmark_pod, naive_fit_node
-from services.scheduler import fit_kernel
+from services.scheduler import candidate_fit
 from services.scheduler.convert import score_entry
 from services.scheduler.node_table import NodeTable
 
@@ -54,7 +54,7 @@ def run(node_count: int, rounds: int, fit_repeat: int, naive_nodes: int) -> dict
     names = [node.node_name for node in nodes]
     columns, missing = table.gather(names)
     plan = fit.fit_plan(pod)
-    if missing or plan is None or fit_kernel.fit_candidates(plan, columns, ()) != result:
+    if missing or plan is None or candidate_fit.fit_columns(plan, columns, ()) != result:
         raise AssertionError("the vectorized fit disagrees with fit_pod on the benchmark nodes")
     for _ in range(rounds):
         figures["fit_pod"].append(
@@ -68,7 +68,7 @@ def run(node_count: int, rounds: int, fit_repeat: int, naive_nodes: int) -> dict
             _cpu_us_per_node(lambda: [fit.NodeState(name, devices) for name, devices in raw],
                              node_count, 1))
         figures["fit_kernel"].append(_cpu_us_per_node(
-            lambda: fit_kernel.fit_candidates(plan, columns, ()), node_count, kernel_repeat))
+            lambda: candidate_fit.fit_columns(plan, columns, ()), node_count, kernel_repeat))
         figures["columns_gather"].append(
             _cpu_us_per_node(lambda: table.gather(names), node_count, kernel_repeat))
     medians = {name: round(statistics.median(values), 2) for name, values in figures.items()}

@@ -66,13 +66,14 @@ from accounting.annotations import (
     VGPU_MODE_ANNOTATION,
 )
 from accounting.container_ask import ContainerAsk
-from accounting.fit.answer import FitResult, NodeFit, no_device_asked
+from accounting.fit.answer import FitResult, JoinedScores, NodeFit, no_device_asked
 from accounting.fit.choose import fit_pod
 from accounting.fit.device_order import _device_order, _reposition, device_score
 from accounting.fit.grants import placement_usage
 from accounting.fit.kernel_plan import (
     DeviceTables,
     FitPlan,
+    answer_from_columns,
     fit_node_of_plan,
     fit_plan,
     fitted_answer,
@@ -98,11 +99,13 @@ __all__ = [
     "DeviceTables",
     "FitPlan",
     "FitResult",
+    "JoinedScores",
     "NodeFit",
     "NodeState",
     "QuotaContext",
     "_device_order",
     "_reposition",
+    "answer_from_columns",
     "device_score",
     "fit_node",
     "fit_node_of_plan",

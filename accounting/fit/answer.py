@@ -6,7 +6,7 @@ Layer: accounting (pure).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -96,3 +96,29 @@ def no_device_asked(pod: Pod, what: str = "device") -> FitResult:
         NO_GPU_REQUEST,
         f"pod {pod.key} asks for no {what}: any node fits",
     )
+
+
+class JoinedScores(Mapping[str, float]):
+    """Node name -> score over two parts with no node in common, read as one mapping without
+    copying either: a fast path's own scores (taken as it gives them) and those of the nodes the
+    reference fit fitted beside it (``answer_from_columns``)."""
+
+    __slots__ = ("first", "second")
+
+    def __init__(self, first: Mapping[str, float], second: Mapping[str, float]) -> None:
+        self.first = first
+        """The fast path's scores, as it gave them."""
+        self.second = second
+        """The reference fit's scores."""
+
+    def __getitem__(self, name: str) -> float:
+        if name in self.second:
+            return self.second[name]
+        return self.first[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.first
+        yield from self.second
+
+    def __len__(self) -> int:
+        return len(self.first) + len(self.second)

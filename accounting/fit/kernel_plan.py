@@ -14,7 +14,7 @@ from types import MappingProxyType
 from accounting import quota as quota_rules
 from accounting import vendor_fit
 from accounting.container_ask import ContainerAsk
-from accounting.fit.answer import FitResult, NodeFit, _answer
+from accounting.fit.answer import FitResult, JoinedScores, NodeFit, _answer
 from accounting.fit.node_fit import _fit_node
 from accounting.fit.node_state import NodeState
 from accounting.fit.plan import _always_within, _PodPlan, _vendor_list, _VendorPlan
@@ -165,3 +165,46 @@ def fitted_answer(
         return _answer(pod, plan.node_policy, node_count, None, failed, scores)
     picked = (chosen.node_name, chosen.grants, chosen.score)
     return _answer(pod, plan.node_policy, node_count, picked, failed, scores)
+
+
+def answer_from_columns(
+    plan: FitPlan,
+    *,
+    node_count: int,
+    scores: Mapping[str, float],
+    best: NodeState | None,
+    failed: Mapping[str, str],
+    unfitted: Sequence[NodeState],
+) -> FitResult | None:
+    """``fit_pod``'s answer from a fast path's verdicts over ``node_count`` candidates: the
+    nodes it found fit with their scores (``scores``, taken as they are), the one of them
+    ``fit_pod`` prefers (``best``), the reasons of those it refused (``failed``), and the nodes
+    it left to the reference fit (``unfitted``), which are fitted here. The node chosen among
+    ``best`` and the reference fit's is fitted here too, for its grants. None when the
+    reference fit refuses ``best``: the fast path and the reference disagree.
+    """
+    reference = [_fit_node(plan._plan, node) for node in unfitted]
+    refused = dict(failed)
+    extra: dict[str, float] = {}
+    # fit_pod's choice: binpack the highest node score, spread the lowest, ties the smaller
+    # name; the fast path's best first, then the reference fit's nodes.
+    contenders: list[tuple[float, str, NodeFit | None]] = []
+    if best is not None:
+        contenders.append((best.score, best.node_name, None))
+    for fitted in reference:
+        if fitted.fits:
+            extra[fitted.node_name] = fitted.score
+            contenders.append((fitted.score, fitted.node_name, fitted))
+        else:
+            refused[fitted.node_name] = fitted.reason
+    joined = JoinedScores(scores, extra) if extra else scores
+    if not contenders:
+        return fitted_answer(plan, node_count, None, refused, joined)
+    sign = -1.0 if plan.node_policy == BINPACK else 1.0
+    _, _, placed = min(contenders, key=lambda c: (sign * c[0], c[1]))
+    if placed is None:
+        assert best is not None
+        placed = _fit_node(plan._plan, best)
+        if not placed.fits:
+            return None
+    return fitted_answer(plan, node_count, placed, refused, joined)

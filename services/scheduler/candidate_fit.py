@@ -14,7 +14,17 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from accounting.fit import FitResult, NodeState, QuotaContext, fit_plan, fit_pod
+from accounting.fit import (
+    DeviceTables,
+    FitPlan,
+    FitResult,
+    JoinedScores,
+    NodeState,
+    QuotaContext,
+    answer_from_columns,
+    fit_plan,
+    fit_pod,
+)
 from accounting.model import Pod
 from accounting.policy import AccountingPolicy
 from services.scheduler import fit_kernel
@@ -71,7 +81,7 @@ def fit_over_candidates(
         )
         if plan is not None:
             try:
-                fit = fit_kernel.fit_candidates(plan, columns, others)
+                fit = fit_columns(plan, columns, others)
             except fit_kernel.KernelDisagreementError:
                 _LOG.exception(
                     "the vectorized fit disagrees with the reference fit for pod %s; "
@@ -94,9 +104,50 @@ def fit_over_candidates(
     )
 
 
+def tables_for(plan: FitPlan, columns: Columns) -> DeviceTables:
+    """The plan's tables over the vocabularies of ``columns``: its (model, mode) pairs and its
+    sets of (vendor, mode) pairs, each decided once however many devices share it."""
+    return plan.device_tables(
+        kinds=columns.kinds, signatures=[node.devices for node in columns.signatures]
+    )
+
+
+def fit_columns(
+    plan: FitPlan, columns: Columns, others: Sequence[NodeState] = ()
+) -> FitResult:
+    """``fit_pod`` over the nodes of ``columns`` and ``others``: the same answer, computed in
+    columns where it can be. The data goes one way: the plan's tables to the vectorized fit,
+    its verdicts to ``answer_from_columns``, which fits the nodes the kernel leaves (and
+    ``others``) with the reference fit, chooses, and gives the chosen node's grants. ``plan``
+    is ``fit_plan``'s for the pod and the Filter's arguments, and must ask for at least one
+    device.
+
+    Raises:
+        KernelDisagreementError: the reference fit refuses the node the kernel found best.
+    """
+    found = fit_kernel.verdicts(plan, tables_for(plan, columns), columns)
+    answer = answer_from_columns(
+        plan,
+        node_count=len(columns) + len(others),
+        scores=found.scores,
+        best=found.best,
+        failed=found.failed,
+        unfitted=[*found.left, *others],
+    )
+    if answer is None:
+        assert found.best is not None
+        raise fit_kernel.KernelDisagreementError(
+            f"the vectorized fit found node {found.best.node_name} fits pod and the reference "
+            "fit refuses it"
+        )
+    return answer
+
+
 def _score_entries(fit: FitResult, columns: Columns) -> list[bytes]:
     """The entries the node table encoded for the rows the vectorized fit fitted."""
     scores = fit.scores
+    if isinstance(scores, JoinedScores):
+        scores = scores.first
     if not isinstance(scores, fit_kernel.ColumnScores):
         return []
     entries: list[bytes] = columns.score_chunks.take(scores.rows).tolist()

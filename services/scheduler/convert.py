@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from accounting.allocation import allocation_annotations
 from accounting.annotations import VGPU_NODE_ANNOTATION, VGPU_TIME_ANNOTATION
 from accounting.errors import InvalidInputError, Violations
-from accounting.fit import FitResult, NodeState, QuotaContext
+from accounting.fit import FitResult, JoinedScores, NodeState, QuotaContext
 from accounting.limits import MAX_NODE_NAME_CHARS
 from accounting.model import Device, DeviceGrant, DeviceUsage, Pod
 from accounting.quoting import quote
@@ -368,9 +368,12 @@ def filter_response_bytes(pod: Pod, outcome: FilterOutcome) -> bytes:
     grants = fit.grants if scheduled else ((),) * len(pod.containers)
     scores = fit.scores
     encoded: Sequence[bytes] = ()
-    if isinstance(scores, ColumnScores) and len(outcome.score_entries) == scores.column_count:
+    columns_part, rest = scores, None
+    if isinstance(scores, JoinedScores):
+        columns_part, rest = scores.first, scores.second
+    if isinstance(columns_part, ColumnScores) and len(outcome.score_entries) == len(columns_part):
         encoded = outcome.score_entries
-        scores = scores.extra
+        scores = rest if rest is not None else {}
     head = scheduler_pb2.FilterResponse(
         node_name=node_name,
         annotations=dict(outcome.annotations),

@@ -24,38 +24,32 @@ row per distinct device state: nodes alike get one verdict, ``_run_per_state``):
   AllocatedCardsInsufficientRequest (without a quota to price, whether a device passes does
   not depend on the walk order), or NodeInsufficientDevice.
 
-What the plan decides of devices it hands over as tables, once per Filter over the columns'
-vocabularies (``tables_for``: ``FitPlan.device_tables``): whether the pod's type and mode
-annotations refuse each (model, mode), whether it may use each UUID it names, and which sets of
-(vendor, mode) are fitted by the vendor's own rules; the kernel reads them through the columns'
-ids and calls nothing back per device.
+What the plan decides of devices comes as tables, once per Filter over the columns'
+vocabularies (``FitPlan.device_tables``, asked by ``candidate_fit.tables_for``): whether the
+pod's type and mode annotations refuse each (model, mode), whether it may use each UUID it
+names, and which sets of (vendor, mode) are fitted by the vendor's own rules; the kernel reads
+them through the columns' ids. It imports the plan's types and calls nothing of
+``accounting.fit``: its verdicts (``ColumnVerdicts``) go on to
+``accounting.fit.answer_from_columns``, by way of ``candidate_fit.fit_columns``.
 
 What it leaves to the reference fit (``fit_node``, node by node), so the answer stays exact:
 rows the table does not lay out in columns (``NodeTable`` ``kernel_ok``), the nodes a caller
 hands in as ``NodeState`` (read directly from the recorder), and nodes where the namespace
 quota could refuse a card (``FitPlan.always_within_quota`` is false: the quota is priced per
 card in walk order, which the reference does). The chosen node's grants are always the
-reference fit's, computed on that one node: the kernel decides which nodes fit and which is
-chosen, and ``fit_node`` says how.
+reference fit's, computed on that one node by ``answer_from_columns``: the kernel decides which
+nodes fit and which of them is best, and ``fit_node`` says how.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from accounting.fit import (
-    BINPACK,
-    DeviceTables,
-    FitPlan,
-    FitResult,
-    NodeFit,
-    NodeState,
-    fit_node_of_plan,
-    fitted_answer,
-)
+from accounting.fit import BINPACK, DeviceTables, FitPlan, NodeState
 from accounting.pod import EXCLUSIVE_CORE_PERCENT
 from accounting.reasons import (
     ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
@@ -109,15 +103,26 @@ class KernelResult:
         """Per row that does not fit: its reason, packed (``_reason_text``)."""
 
 
-def fit_candidates(
-    plan: FitPlan, columns: Columns, others: Sequence[NodeState] = ()
-) -> FitResult:
-    """``fit_pod`` over the nodes of ``columns`` and ``others``: the same answer, computed in
-    columns where it can be (module docstring). ``plan`` is ``fit_plan``'s for the pod and
-    the Filter's arguments, and must ask for at least one device."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ColumnVerdicts:
+    """What the kernel found over a Filter's columns, for ``answer_from_columns`` to finish."""
+
+    scores: ColumnScores
+    """The rows it fitted, with their node scores."""
+    best: NodeState | None
+    """The row among them ``fit_pod`` prefers (binpack the highest node score, spread the
+    lowest, ties the smaller name); None when it fitted none."""
+    failed: dict[str, str]
+    """Node name -> reason for the rows it refused."""
+    left: list[NodeState]
+    """The rows it leaves to the reference fit (module docstring)."""
+
+
+def verdicts(plan: FitPlan, tables: DeviceTables, columns: Columns) -> ColumnVerdicts:
+    """The kernel over the nodes of ``columns`` (module docstring). ``plan`` is ``fit_plan``'s
+    for the pod and the Filter's arguments, and must ask for at least one device; ``tables``
+    are its tables over these columns (``candidate_fit.tables_for``)."""
     fields = columns.fields
-    names = columns.names
-    tables = tables_for(plan, columns)
     kernel_rows = fields["kernel_ok"].copy()
     # Nodes the vendor's own rules fit (MIG-mode cards...) go to the reference fit: decided
     # once per set of (vendor, mode) pairs, which is all the decision reads.
@@ -128,47 +133,25 @@ def fit_candidates(
     result = _run_per_state(plan, tables, columns, kernel_rows)
 
     failed: dict[str, str] = {}
-    extra_scores: dict[str, float] = {}
     fitting = np.flatnonzero(result.fits)
     node_scores = fields["node_score"][fitting]
     refused = np.flatnonzero(kernel_rows & ~result.fits)
     if refused.size:
-        failed = _reasons(names, refused, result.reason_keys)
-    # Nodes the kernel leaves to the reference fit.
-    reference: list[NodeFit] = [
-        fit_node_of_plan(plan, state) for state in columns.states[~kernel_rows].tolist()
-    ]
-    reference.extend(fit_node_of_plan(plan, node) for node in others)
-    # fit_pod's choice: binpack the highest node score, spread the lowest, ties the smaller
-    # name; among the kernel's rows first, then with the reference fit's nodes.
-    contenders: list[tuple[float, str]] = []
+        failed = _reasons(columns.names, refused, result.reason_keys)
+    best: NodeState | None = None
     if fitting.size:
-        best = node_scores.max() if plan.node_policy == BINPACK else node_scores.min()
-        tied = fitting[node_scores == best]
-        contenders.append((float(best), min(columns.name_array.take(tied).tolist())))
-    for fitted in reference:
-        if fitted.fits:
-            extra_scores[fitted.node_name] = fitted.score
-            contenders.append((fitted.score, fitted.node_name))
-        else:
-            failed[fitted.node_name] = fitted.reason
-    scores = ColumnScores(
-        columns.name_array.take(fitting).tolist(), node_scores.tolist(), fitting, extra_scores
+        top = node_scores.max() if plan.node_policy == BINPACK else node_scores.min()
+        tied = fitting[node_scores == top]
+        name = min(columns.name_array.take(tied).tolist())
+        best = columns.states[columns.names.index(name)]
+    return ColumnVerdicts(
+        scores=ColumnScores(
+            columns.name_array.take(fitting).tolist(), node_scores.tolist(), fitting
+        ),
+        best=best,
+        failed=failed,
+        left=columns.states[~kernel_rows].tolist(),
     )
-
-    node_count = len(names) + len(others)
-    if not contenders:
-        return fitted_answer(plan, node_count, None, failed, scores)
-    sign = -1.0 if plan.node_policy == BINPACK else 1.0
-    _, chosen = min((sign * score, name) for score, name in contenders)
-    state = _state_of(chosen, columns, others)
-    placed = fit_node_of_plan(plan, state)
-    if not placed.fits:
-        raise KernelDisagreementError(
-            f"the vectorized fit found node {chosen} fits pod and the reference fit says: "
-            f"{placed.reason}"
-        )
-    return fitted_answer(plan, node_count, placed, failed, scores)
 
 
 class ColumnScores(Mapping[str, float]):
@@ -177,28 +160,18 @@ class ColumnScores(Mapping[str, float]):
     columns the kernel's part came from, so the adapter can join the entries its node table
     encoded for them (``Columns.score_chunks``) instead of building messages."""
 
-    __slots__ = ("_mapping", "_names", "_values", "extra", "rows")
+    __slots__ = ("_mapping", "_names", "_values", "rows")
 
-    def __init__(
-        self,
-        names: list[str],
-        values: list[float],
-        rows: IntArray,
-        extra: dict[str, float],
-    ) -> None:
+    def __init__(self, names: list[str], values: list[float], rows: IntArray) -> None:
         self._names = names
         self._values = values
         self.rows = rows
         """The columns of ``names``, in order (indexes into the Columns fitted)."""
-        self.extra = extra
-        """The scores of the nodes the reference fit fitted (no chunk)."""
         self._mapping: dict[str, float] | None = None
 
     def _dict(self) -> dict[str, float]:
         if self._mapping is None:
-            mapping = dict(zip(self._names, self._values, strict=True))
-            mapping.update(self.extra)
-            self._mapping = mapping
+            self._mapping = dict(zip(self._names, self._values, strict=True))
         return self._mapping
 
     def __getitem__(self, name: str) -> float:
@@ -208,11 +181,6 @@ class ColumnScores(Mapping[str, float]):
         return iter(self._dict())
 
     def __len__(self) -> int:
-        return len(self._names) + len(self.extra)
-
-    @property
-    def column_count(self) -> int:
-        """How many of the scores are the kernel's (``rows``), not ``extra``."""
         return len(self._names)
 
 
@@ -223,14 +191,6 @@ class KernelDisagreementError(AssertionError):
 
 def _take(names: Sequence[str], rows: IntArray) -> list[str]:
     return [names[row] for row in rows.tolist()]
-
-
-def _state_of(name: str, columns: Columns, others: Sequence[NodeState]) -> NodeState:
-    for node in others:
-        if node.node_name == name:
-            return node
-    state: NodeState = columns.states[columns.names.index(name)]
-    return state
 
 
 def _within_quota(plan: FitPlan, fields: dict[str, npt.NDArray[np.generic]]) -> BoolArray:
@@ -256,14 +216,6 @@ def _within_quota(plan: FitPlan, fields: dict[str, npt.NDArray[np.generic]]) -> 
     if room.devices is not None:
         within &= np.minimum(devices, fields["device_count"]) <= room.devices
     return within
-
-
-def tables_for(plan: FitPlan, columns: Columns) -> DeviceTables:
-    """The plan's tables over the vocabularies of ``columns``: its (model, mode) pairs and its
-    sets of (vendor, mode) pairs, each decided once however many devices share it."""
-    return plan.device_tables(
-        kinds=columns.kinds, signatures=[node.devices for node in columns.signatures]
-    )
 
 
 def _allowed(

@@ -1,6 +1,7 @@
 """The vectorized fit gives exactly the reference fit's answer (a differential property test).
 
-``services.scheduler.fit_kernel.fit_candidates`` over a ``NodeTable`` (and nodes handed in
+``services.scheduler.candidate_fit.fit_columns`` (the vectorized fit, then the reference
+fit for what it leaves) over a ``NodeTable`` (and nodes handed in
 apart, as the scheduler reads them directly) against ``accounting.fit.fit_pod`` over the same
 nodes: random inventories (models, modes, other vendors' devices, repeated indexes, unhealthy
 cards, used and overcommitted cards), pods with init containers, sidecars and apps (fixed
@@ -49,7 +50,7 @@ from accounting.model import (
     QuotaItem,
 )
 from accounting.vendors import VendorResources, spec_for
-from services.scheduler import fit_kernel
+from services.scheduler import candidate_fit, fit_kernel
 from services.scheduler.convert import score_entry
 from services.scheduler.node_table import Columns, NodeTable
 
@@ -243,7 +244,7 @@ def assert_reference_answer(
     plan = fit_plan(pod, vendor=vendor, node_policy=node_policy, gpu_policy=gpu_policy,
                     quota=quota)
     assert plan is not None  # every drawn pod asks for a device
-    answer = fit_kernel.fit_candidates(plan, columns, apart)
+    answer = candidate_fit.fit_columns(plan, columns, apart)
 
     assert answer == fit_pod(
         pod, nodes, vendor=vendor, node_policy=node_policy, gpu_policy=gpu_policy, quota=quota
@@ -271,7 +272,7 @@ def test_every_row_the_kernel_fits_itself_gets_the_reference_verdict(
 
     picks: fit_kernel.Picks = []
     result = fit_kernel._run(
-        plan, fit_kernel.tables_for(plan, columns), columns, np.array(generic), picks
+        plan, candidate_fit.tables_for(plan, columns), columns, np.array(generic), picks
     )
 
     for row, name in enumerate(columns.names):
@@ -308,7 +309,7 @@ def test_the_plans_tables_over_the_columns_are_its_decisions_per_device(
     columns, _ = table_of(nodes, []).gather(names)
     plan = fit_plan(pod, vendor=vendor)
     assert plan is not None
-    tables = fit_kernel.tables_for(plan, columns)
+    tables = candidate_fit.tables_for(plan, columns)
     selection = DeviceFilter.from_annotations(pod.annotations, spec_for(vendor.vendor).selection)
 
     type_ok, uuid_ok, of_vendor = fit_kernel._allowed(plan, tables, columns)
