@@ -44,7 +44,7 @@ from accounting.pod import (
     usage_phases,
     vendors_asked,
 )
-from accounting.vendors import NVIDIA_RESOURCES, VendorResources
+from accounting.vendors import VendorResources
 from accounting.vendors import find as find_vendor
 
 REQUEST_DEVICE = "request"
@@ -187,7 +187,7 @@ class Explanation:
     notes: tuple[str, ...]
 
 
-def explain(pod: Pod, vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,)) -> Explanation:
+def explain(pod: Pod, vendors: Sequence[VendorResources]) -> Explanation:
     """Explains ``pod``: on its grants when it carries an allocation, else on its requests.
 
     Args:

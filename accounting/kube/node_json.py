@@ -35,7 +35,7 @@ from accounting.vendor_data import (
     DRS_PROFILES_INFO,
 )
 from accounting.vendor_spec import CapacityDevices, DeviceSource, VendorSpec
-from accounting.vendors import NVIDIA_RESOURCES, VendorResources, specs_for
+from accounting.vendors import VendorResources, specs_for
 
 ASCEND_SOFT_SPLIT_ANNOTATION = "hami-vnpu-core"
 """Node annotation: ``"true"`` when the node's Ascend NPUs support hami-core (soft split)."""
@@ -52,7 +52,7 @@ class NodeRegistration:
 
 def parse_node_json(
     raw: bytes | str,
-    vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
+    vendors: Sequence[VendorResources],
     *,
     path: str = "kubernetes_node_json",
 ) -> NodeRegistration:
@@ -66,7 +66,7 @@ def parse_node_json(
 
 def parse_node(
     obj: Mapping[str, Any],
-    vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
+    vendors: Sequence[VendorResources],
     *,
     path: str = "",
 ) -> NodeRegistration:
@@ -118,7 +118,7 @@ def parse_node(
 
 
 def registration_key(
-    obj: Mapping[str, Any], vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,)
+    obj: Mapping[str, Any], vendors: Sequence[VendorResources]
 ) -> str:
     """Everything of a Node the devices are read from, as one string: a node update whose key
     did not change cannot have changed its inventory (nodes are updated every few seconds)."""
@@ -130,7 +130,7 @@ def registration_key(
 
 
 def has_devices(
-    obj: Mapping[str, Any], vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,)
+    obj: Mapping[str, Any], vendors: Sequence[VendorResources]
 ) -> bool:
     """Whether the Node carries anything one of the vendors' devices are read from."""
     return any(part is not None for part in _sources(obj, vendors))

@@ -51,7 +51,7 @@ from accounting.quoting import json_kind, quote
 from accounting.received_json import json_object
 from accounting.validate import check_annotations, check_json_integer
 from accounting.vendor_spec import VendorSpec
-from accounting.vendors import NVIDIA_RESOURCES, VendorResources, specs_for
+from accounting.vendors import VendorResources, specs_for
 
 DEFAULT_NAMESPACE = "default"
 """What kubectl and the API server assume when a pod names no namespace."""
@@ -60,7 +60,7 @@ _PHASES = {phase.value: phase for phase in PodPhase}
 
 def parse_pod_json(
     raw: bytes | str,
-    vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
+    vendors: Sequence[VendorResources],
     *,
     path: str = "kubernetes_pod_json",
 ) -> Pod:
@@ -75,7 +75,7 @@ def parse_pod_json(
 
 def parse_pod(
     obj: Mapping[str, Any],
-    vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
+    vendors: Sequence[VendorResources],
     *,
     path: str = "",
 ) -> Pod:
@@ -97,7 +97,7 @@ def parse_pod(
 
 
 def grant_paths(
-    pod: Pod, vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,), *, path: str = ""
+    pod: Pod, vendors: Sequence[VendorResources], *, path: str = ""
 ) -> tuple[tuple[str, ...], ...]:
     """Where in the Kubernetes Pod each grant of ``pod`` (as ``parse_pod`` read it, under the
     same vendors) is written, per container and grant: e.g.

@@ -191,7 +191,7 @@ class _Reader:
     def node(self, source: str, obj: Json) -> None:
         label = f"{source} ({_describe('Node', obj)})"
         try:
-            node = parse_node(obj)
+            node = parse_node(obj, (self.vendor,))
         except InvalidInputError as error:
             raise _named(error, label) from None
         if not any(d.vendor == self.vendor.vendor for d in node.devices):

@@ -22,7 +22,7 @@ from accounting.lifecycle import StoredPod
 from accounting.model import Pod, QuotaItem
 from accounting.policy import AccountingPolicy
 from accounting.quoting import quote
-from accounting.vendors import NVIDIA_RESOURCES, VendorResources
+from accounting.vendors import VendorResources
 from hami.accounting.v1 import types_pb2, usage_pb2
 from services.common import convert as common
 from services.usage.events import (
@@ -50,7 +50,7 @@ _BATCH_TAG = bytes([usage_pb2.UsageEvent.BATCH_FIELD_NUMBER << 3 | 2])
 
 
 def reserve_pod(
-    request: usage_pb2.ReserveRequest, vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,)
+    request: usage_pb2.ReserveRequest, vendors: Sequence[VendorResources]
 ) -> Pod:
     """Reserve's pod with the request's grants put on its containers by position.
 

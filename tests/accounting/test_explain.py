@@ -315,7 +315,7 @@ def _amount(totals: tuple[int, int, int]) -> Amount:
 @settings(max_examples=200, deadline=None)
 @given(pods())
 def test_on_grants_the_figures_are_the_formulas(pod: Pod) -> None:
-    explanation = explain(pod)
+    explanation = explain(pod, (NVIDIA_RESOURCES,))
     charges = {c.phase: c for c in explanation.charges}
 
     if not pod.has_grants:
@@ -334,7 +334,7 @@ def test_on_grants_the_figures_are_the_formulas(pod: Pod) -> None:
 @given(pods())
 def test_on_requests_the_figures_are_the_effective_request(pod: Pod) -> None:
     on_requests = replace(pod, containers=tuple(replace(c, grants=()) for c in pod.containers))
-    explanation = explain(on_requests)
+    explanation = explain(on_requests, (NVIDIA_RESOURCES,))
     request = effective_request(on_requests, NVIDIA_RESOURCES)
 
     assert explanation.effective == Amount(request.memory_mib, request.core_percent)

@@ -39,7 +39,7 @@ def nodes(case: HamiCase) -> list[NodeState]:
 
 @pytest.mark.parametrize("case", hami_fit_cases.ALL, ids=lambda c: c.id)
 def test_hami_fit_case(case: HamiCase) -> None:
-    pod = pod_json.parse_pod(case.pod(uid=f"uid-{case.id.split()[0]}"))
+    pod = pod_json.parse_pod(case.pod(uid=f"uid-{case.id.split()[0]}"), (NVIDIA_RESOURCES,))
     quota = quota_context(case)
 
     result = fit_pod(
@@ -56,7 +56,7 @@ def test_hami_fit_case(case: HamiCase) -> None:
 
 @pytest.mark.parametrize("case", hami_fit_cases.ALL, ids=lambda c: c.id)
 def test_hami_fit_case_equals_the_naive_fit_on_every_node(case: HamiCase) -> None:
-    pod = pod_json.parse_pod(case.pod(uid="uid-naive"))
+    pod = pod_json.parse_pod(case.pod(uid="uid-naive"), (NVIDIA_RESOURCES,))
     quota = quota_context(case)
     for node in nodes(case):
         assert fit_node(pod, node, gpu_policy=case.gpu_policy, quota=quota) == naive_fit_node(
@@ -68,7 +68,7 @@ def test_the_quota_takes_part_in_the_choice_of_card() -> None:
     # Q3: checked once on the card spread would take (device4, 6000 MiB), the node would be
     # refused; checked per card, the walk goes on to the 2000 MiB card that fits the quota.
     case = hami_fit_cases.RESOURCE_QUOTA[2]
-    pod = pod_json.parse_pod(case.pod(uid="uid-q3"))
+    pod = pod_json.parse_pod(case.pod(uid="uid-q3"), (NVIDIA_RESOURCES,))
     node = nodes(case)[0]
     unlimited = fit_node(pod, node)
     limited = fit_node(pod, node, quota=quota_context(case))

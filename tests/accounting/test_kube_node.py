@@ -10,6 +10,10 @@ import pytest
 from accounting.errors import InvalidInputError
 from accounting.kube import node_json
 from accounting.model import Device
+from accounting.vendors import NVIDIA_RESOURCES
+
+NVIDIA_ONLY = (NVIDIA_RESOURCES,)
+"""The vendors a test means when it reads NVIDIA's resources only."""
 
 REGISTER_KEY = "hami.io/node-nvidia-register"
 REGISTER_PATH = 'metadata.annotations["hami.io/node-nvidia-register"]'
@@ -55,7 +59,8 @@ W9_REGISTER = json.dumps(
 
 def test_w9_index_numa_and_health_omitted_by_go_read_as_zero_and_false() -> None:
     node = node_json.parse_node(
-        node_obj(annotations={REGISTER_KEY: W9_REGISTER, "hami.io/node-handshake": "Reported"})
+        node_obj(annotations={REGISTER_KEY: W9_REGISTER, "hami.io/node-handshake": "Reported"}),
+        NVIDIA_ONLY,
     )
     assert node == node_json.NodeRegistration(
         "gpu-node-1",
@@ -72,7 +77,8 @@ def test_w9_index_numa_and_health_omitted_by_go_read_as_zero_and_false() -> None
     ids=["no annotations", "empty annotations", "other annotations only"],
 )
 def test_a_node_without_the_annotation_has_no_devices(annotations: Any) -> None:
-    assert node_json.parse_node(node_obj(annotations=annotations)) == node_json.NodeRegistration(
+    node = node_json.parse_node(node_obj(annotations=annotations), NVIDIA_ONLY)
+    assert node == node_json.NodeRegistration(
         "gpu-node-1", ()
     )
 
@@ -80,7 +86,7 @@ def test_a_node_without_the_annotation_has_no_devices(annotations: Any) -> None:
 def test_a_nameless_node_and_a_bad_annotation_are_reported_together() -> None:
     obj = node_obj(name=None, annotations={REGISTER_KEY: '[{"id":"GPU-0","devmem":-1}]'})
     with pytest.raises(InvalidInputError) as raised:
-        node_json.parse_node(obj)
+        node_json.parse_node(obj, NVIDIA_ONLY)
     assert [str(violation) for violation in raised.value.violations] == [
         "metadata.name: must be a non-empty string",
         f"{REGISTER_PATH}[0].devmem: must be an integer between 0 and 2147483647, got -1",
@@ -90,7 +96,7 @@ def test_a_nameless_node_and_a_bad_annotation_are_reported_together() -> None:
 def test_the_legacy_comma_format_is_refused() -> None:
     obj = node_obj(annotations={REGISTER_KEY: "GPU-0,10,24576,100,NVIDIA-Tesla T4,0,true:"})
     with pytest.raises(InvalidInputError) as raised:
-        node_json.parse_node(obj)
+        node_json.parse_node(obj, NVIDIA_ONLY)
     (violation,) = raised.value.violations
     assert violation.path == REGISTER_PATH
     assert "legacy comma format" in violation.message
@@ -98,21 +104,21 @@ def test_the_legacy_comma_format_is_refused() -> None:
 
 def test_wrong_json_types_are_reported() -> None:
     with pytest.raises(InvalidInputError) as raised:
-        node_json.parse_node(node_obj(annotations={REGISTER_KEY: 42}))
+        node_json.parse_node(node_obj(annotations={REGISTER_KEY: 42}), NVIDIA_ONLY)
     assert str(raised.value) == f"{REGISTER_PATH}: must be a string"
     with pytest.raises(InvalidInputError) as raised:
-        node_json.parse_node(node_obj(annotations=["x"]))
+        node_json.parse_node(node_obj(annotations=["x"]), NVIDIA_ONLY)
     assert str(raised.value) == "metadata.annotations: must be an object"
 
 
 def test_parse_node_json_prefixes_paths() -> None:
     raw = json.dumps(node_obj(annotations={REGISTER_KEY: W9_REGISTER})).encode()
-    assert node_json.parse_node_json(raw).node_name == "gpu-node-1"
+    assert node_json.parse_node_json(raw, NVIDIA_ONLY).node_name == "gpu-node-1"
 
     with pytest.raises(InvalidInputError) as raised:
-        node_json.parse_node_json(json.dumps(node_obj(name="")))
+        node_json.parse_node_json(json.dumps(node_obj(name="")), NVIDIA_ONLY)
     assert str(raised.value) == "kubernetes_node_json.metadata.name: must be a non-empty string"
 
     with pytest.raises(InvalidInputError) as raised:
-        node_json.parse_node_json(b"not json")
+        node_json.parse_node_json(b"not json", NVIDIA_ONLY)
     assert [v.path for v in raised.value.violations] == ["kubernetes_node_json"]

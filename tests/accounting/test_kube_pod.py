@@ -28,6 +28,8 @@ from accounting.model import (
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 from tests.support.vendors import ACME_SPEC, registered
 
+NVIDIA_ONLY = (NVIDIA_RESOURCES,)
+"""The vendors a test means when it reads NVIDIA's resources only."""
 ALLOCATED_KEY = "hami.io/vgpu-devices-allocated"
 ALLOCATED_PATH = 'metadata.annotations["hami.io/vgpu-devices-allocated"]'
 
@@ -163,7 +165,7 @@ def test_classes_follow_restart_policy_and_declaration_order() -> None:
                 container("migrate", restart_policy="OnFailure"),
             ],
             apps=[container("main"), container("metrics")],
-        )
+        ), NVIDIA_ONLY
     )
     assert [(c.name, c.container_class) for c in pod.containers] == [
         ("fetch", ContainerClass.INIT),
@@ -177,7 +179,7 @@ def test_classes_follow_restart_policy_and_declaration_order() -> None:
 def test_metadata_is_read_and_a_missing_namespace_is_default() -> None:
     obj = pod_obj(annotations={"hami.io/traceparent": "00-abc-def-01", "team": "a"})
     del obj["metadata"]["namespace"]
-    pod = pod_json.parse_pod(obj)
+    pod = pod_json.parse_pod(obj, NVIDIA_ONLY)
     assert (pod.uid, pod.namespace, pod.name) == (
         "6d0a4c1e-2b7f-4f4e-9a53-0f1f0b6c1a11",
         "default",
@@ -486,7 +488,7 @@ def test_no_quantity_reads_as_no_gpu_or_zero_cores(resource: str, text: str) -> 
     limits[resource] = text
     obj = pod_obj(apps=[container("main", limits=limits)])
     try:
-        pod = pod_json.parse_pod(obj)
+        pod = pod_json.parse_pod(obj, NVIDIA_ONLY)
     except InvalidInputError as error:
         assert [v.path for v in error.violations] == [
             f'spec.containers[0].resources.limits["{resource}"]'
@@ -541,7 +543,7 @@ def test_a_gpu_less_init_container_keeps_its_position() -> None:
             "hami.io/vgpu-node": "gpu-node-1",
         },
     )
-    pod = pod_json.parse_pod(obj)
+    pod = pod_json.parse_pod(obj, NVIDIA_ONLY)
     assert [c.grants for c in pod.containers] == [
         (),
         (DeviceGrant("GPU-A", "NVIDIA", 16000, 0),),
@@ -566,7 +568,7 @@ def test_a_gpu_less_init_container_keeps_its_position() -> None:
     ],
 )
 def test_node_name(annotations: dict[str, str], node_name: str | None, want: str) -> None:
-    pod = pod_json.parse_pod(pod_obj(annotations=annotations, node_name=node_name))
+    pod = pod_json.parse_pod(pod_obj(annotations=annotations, node_name=node_name), NVIDIA_ONLY)
     assert pod.node_name == want
 
 
@@ -583,7 +585,7 @@ def test_statuses_phase_and_exit_codes() -> None:
             "containerStatuses": [waiting("main", "ContainerCreating")],
         },
     )
-    pod = pod_json.parse_pod(obj)
+    pod = pod_json.parse_pod(obj, NVIDIA_ONLY)
     assert pod.phase is PodPhase.RUNNING
     assert pod.init_container_statuses == (
         ContainerStatus("fetch", ContainerState.TERMINATED, exit_code=0),
@@ -598,13 +600,13 @@ def test_a_failed_init_container_keeps_its_exit_code() -> None:
         init=[container("fetch")],
         status={"phase": "Pending", "initContainerStatuses": [terminated("fetch", 1, 3)]},
     )
-    (status,) = pod_json.parse_pod(obj).init_container_statuses
+    (status,) = pod_json.parse_pod(obj, NVIDIA_ONLY).init_container_statuses
     assert status == ContainerStatus("fetch", ContainerState.TERMINATED, 1, 3)
 
 
 def test_a_status_without_a_state_is_unknown_and_no_phase_is_pending() -> None:
     obj = pod_obj(status={"containerStatuses": [{"name": "main", "state": {}}]})
-    pod = pod_json.parse_pod(obj)
+    pod = pod_json.parse_pod(obj, NVIDIA_ONLY)
     assert pod.phase is PodPhase.PENDING
     assert pod.container_statuses == (ContainerStatus("main", ContainerState.UNKNOWN),)
 
@@ -613,7 +615,7 @@ def test_deletion_timestamp_marks_the_pod_terminating() -> None:
     obj = pod_obj()
     obj["metadata"]["deletionTimestamp"] = "2026-09-01T11:00:00Z"
     obj["metadata"]["deletionGracePeriodSeconds"] = 30
-    assert pod_json.parse_pod(obj).terminating
+    assert pod_json.parse_pod(obj, NVIDIA_ONLY).terminating
 
 
 def test_parse_pod_json_reads_go_output() -> None:
@@ -621,11 +623,11 @@ def test_parse_pod_json_reads_go_output() -> None:
         init=[container("proxy", limits={"nvidia.com/gpu": "1"}, restart_policy="Always")],
         annotations={ALLOCATED_KEY: "GPU-A,NVIDIA,24576,100:;;"},
     )
-    pod = pod_json.parse_pod_json(json.dumps(obj).encode())
+    pod = pod_json.parse_pod_json(json.dumps(obj).encode(), NVIDIA_ONLY)
     assert pod.containers[0].container_class is ContainerClass.SIDECAR
     assert pod.containers[0].grants == (DeviceGrant("GPU-A", "NVIDIA", 24576, 100),)
     assert pod.containers[1].grants == ()
-    assert pod == pod_json.parse_pod(obj)
+    assert pod == pod_json.parse_pod(obj, NVIDIA_ONLY)
 
 
 # -- bad input: every offending field at once -----------------------------------------------------
@@ -804,27 +806,27 @@ BAD_POD_CASES = [
 @pytest.mark.parametrize("case", BAD_POD_CASES, ids=lambda case: case.name)
 def test_bad_pods_name_every_offending_field(case: BadPodCase) -> None:
     with pytest.raises(InvalidInputError) as raised:
-        pod_json.parse_pod(case.obj)
+        pod_json.parse_pod(case.obj, NVIDIA_ONLY)
     assert [str(violation) for violation in raised.value.violations] == case.want
 
 
 def test_parse_pod_json_prefixes_paths_and_refuses_invalid_json() -> None:
     with pytest.raises(InvalidInputError) as raised:
-        pod_json.parse_pod_json(b'{"metadata": {')
+        pod_json.parse_pod_json(b'{"metadata": {', NVIDIA_ONLY)
     assert [v.path for v in raised.value.violations] == ["kubernetes_pod_json"]
 
     with pytest.raises(InvalidInputError) as raised:
-        pod_json.parse_pod_json(b"[" * 100_000)
+        pod_json.parse_pod_json(b"[" * 100_000, NVIDIA_ONLY)
     assert str(raised.value) == "kubernetes_pod_json: not valid JSON (nested too deeply)"
 
     with pytest.raises(InvalidInputError) as raised:
-        pod_json.parse_pod_json(b"[]")
+        pod_json.parse_pod_json(b"[]", NVIDIA_ONLY)
     assert str(raised.value) == "kubernetes_pod_json: must be a JSON object, got an array"
 
     obj = pod_obj()
     del obj["metadata"]["uid"]
     with pytest.raises(InvalidInputError) as raised:
-        pod_json.parse_pod_json(json.dumps(obj))
+        pod_json.parse_pod_json(json.dumps(obj), NVIDIA_ONLY)
     assert str(raised.value) == "kubernetes_pod_json.metadata.uid: must not be empty"
 
 
@@ -870,7 +872,7 @@ HAMI_CORE_CAP_CASES = [
 
 @pytest.mark.parametrize("case", HAMI_CORE_CAP_CASES, ids=lambda case: case.source)
 def test_cores_above_100_fit_as_hami_fits_them(case: HamiFitCase) -> None:
-    pod = pod_json.parse_pod(pod_obj(apps=[container("main", limits=case.limits)]))
+    pod = pod_json.parse_pod(pod_obj(apps=[container("main", limits=case.limits)]), NVIDIA_ONLY)
     d = case.device
     device = Device("dev-0", "NVIDIA A10", 0, d["Count"], d["Totalmem"], d["Totalcore"])
     node = NodeState("node1", (DeviceState(device, d["Usedmem"], d["Usedcores"], d["Used"]),))
@@ -887,7 +889,7 @@ def test_json_numbers_are_read_exactly_and_reported_short() -> None:
     obj["status"] = {"containerStatuses": [{"name": "main", "restartCount": 1.5}]}
     raw = json.dumps(obj).replace('"nvidia.com/gpucores": 1', '"nvidia.com/gpucores": 1e400')
     with pytest.raises(InvalidInputError) as raised:
-        pod_json.parse_pod_json(raw)
+        pod_json.parse_pod_json(raw, NVIDIA_ONLY)
     # 1e400 is not a float overflowing to inf: it is read exactly, as cores above 100.
     assert [str(v) for v in raised.value.violations] == [
         "kubernetes_pod_json.status.containerStatuses[0].restartCount: "
@@ -895,5 +897,5 @@ def test_json_numbers_are_read_exactly_and_reported_short() -> None:
     ]
     obj["status"] = {}
     raw = json.dumps(obj).replace('"nvidia.com/gpucores": 1', '"nvidia.com/gpucores": 1e400')
-    pod = pod_json.parse_pod_json(raw)
+    pod = pod_json.parse_pod_json(raw, NVIDIA_ONLY)
     assert pod.containers[0].requests[0].core_percent == 100

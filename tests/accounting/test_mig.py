@@ -33,7 +33,7 @@ from accounting.model import (
 )
 from accounting.policy import DEFAULT_POLICY
 from accounting.validate import validate_devices
-from accounting.vendors import NVIDIA_SPEC
+from accounting.vendors import NVIDIA_RESOURCES, NVIDIA_SPEC
 from tests.builders import PodBuilder
 
 P = MigPlacement
@@ -432,7 +432,7 @@ def _kube_pod(
             "containers": [container(n, m) for n, m in apps],
         },
         "status": {"phase": PodPhase.RUNNING.value, "initContainerStatuses": statuses},
-    })
+    }, (NVIDIA_RESOURCES,))
 
 
 M13_ALLOCATIONS = (

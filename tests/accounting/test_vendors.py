@@ -25,7 +25,7 @@ from accounting.pod import size_request
 from accounting.policy import AccountingPolicy, policy_for
 from accounting.quota import quota_keys
 from accounting.vendor_spec import VendorSpec
-from accounting.vendors import VENDORS, spec_for
+from accounting.vendors import NVIDIA_RESOURCES, VENDORS, spec_for
 from tests.builders import PodBuilder
 from tests.support.vendors import ACME_SPEC, registered
 
@@ -372,8 +372,8 @@ def test_a_nodes_devices_are_read_as_hami_reads_them(case: NodeCase) -> None:
 
 def test_a_vendor_the_policy_leaves_out_is_not_read() -> None:
     node = _node({"hami.io/node-dcu-register": "test-0,1,1024,100,DCU,0,true,0,test:"})
-    assert node_json.parse_node(node).devices == ()
-    assert not node_json.has_devices(node)
+    assert node_json.parse_node(node, (NVIDIA_RESOURCES,)).devices == ()
+    assert not node_json.has_devices(node, (NVIDIA_RESOURCES,))
 
 
 # -- what a placement charges and writes ---------------------------------------------------------

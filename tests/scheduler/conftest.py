@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from accounting.kube import pod_json as kube_pod_parser
+from accounting.vendors import NVIDIA_RESOURCES
 from hami.accounting.v1 import (
     scheduler_pb2,
     scheduler_pb2_grpc,
@@ -154,7 +155,7 @@ class Scheduler:
         """Filter with the pod as Kubernetes JSON, or typed (converted once by the parser)."""
         self.sync()
         if encoding == "typed":
-            typed = common_convert.pod_to_pb(kube_pod_parser.parse_pod(pod))
+            typed = common_convert.pod_to_pb(kube_pod_parser.parse_pod(pod, (NVIDIA_RESOURCES,)))
             request = scheduler_pb2.FilterRequest(pod=typed, node_names=list(node_names))
         else:
             request = scheduler_pb2.FilterRequest(

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from accounting.kube import pod_json as kube_pod_parser
+from accounting.vendors import NVIDIA_RESOURCES
 from hami.accounting.v1 import scheduler_pb2, types_pb2
 from services.scheduler import metrics as scheduler_metrics
 from tests.scheduler.conftest import (
@@ -102,7 +103,7 @@ def percentage_container(name: str, percent: int, cores: int) -> Json:
 
 def test_seed_request_reads_as_20480_and_10240_mib_without_cores() -> None:
     # gpumem is set, so HAMi's webhook exclusive default (cores 100) does not apply: 0 cores.
-    pod = kube_pod_parser.parse_pod(seed_pod())
+    pod = kube_pod_parser.parse_pod(seed_pod(), (NVIDIA_RESOURCES,))
     requests = [(c.requests[0].memory_mib, c.requests[0].core_percent) for c in pod.containers]
     assert requests == [(20480, 0), (10240, 0)]
 
@@ -574,7 +575,7 @@ def test_no_node_fits_names_every_node(recorder: Recorder, scheduler: Scheduler)
 def typed_seed() -> types_pb2.Pod:
     from services.common import convert
 
-    return convert.pod_to_pb(kube_pod_parser.parse_pod(seed_pod()))
+    return convert.pod_to_pb(kube_pod_parser.parse_pod(seed_pod(), (NVIDIA_RESOURCES,)))
 
 
 def unclassified_pod() -> types_pb2.Pod:

@@ -26,8 +26,12 @@ from accounting.model import (
     PodPhase,
     QuotaItem,
 )
+from accounting.vendors import NVIDIA_RESOURCES
 from hami.accounting.v1 import admission_pb2, scheduler_pb2, types_pb2, usage_pb2
 from services.common.convert import grant_messages, node_messages, pod_messages, quota_messages
+
+NVIDIA_ONLY = (NVIDIA_RESOURCES,)
+"""The vendors a test means when it reads NVIDIA's resources only."""
 
 INT32_MAX = 2**31 - 1
 
@@ -221,7 +225,7 @@ def kubernetes_pod(**metadata: Any) -> dict[str, Any]:
 )
 def test_pod_from_source_reads_kubernetes_json(request_type: Any) -> None:
     request = request_type(kubernetes_pod_json=json.dumps(kubernetes_pod()).encode())
-    pod = pod_messages.pod_from_source(request)
+    pod = pod_messages.pod_from_source(request, NVIDIA_ONLY)
     assert [(c.name, c.container_class) for c in pod.containers] == [
         ("proxy", ContainerClass.SIDECAR),
         ("main", ContainerClass.APP),
@@ -231,19 +235,21 @@ def test_pod_from_source_reads_kubernetes_json(request_type: Any) -> None:
 
 def test_pod_from_source_reads_the_typed_pod() -> None:
     request = usage_pb2.ReserveRequest(pod=pod_messages.pod_to_pb(sample_pod()), node_name="n")
-    assert pod_messages.pod_from_source(request) == sample_pod()
+    assert pod_messages.pod_from_source(request, NVIDIA_ONLY) == sample_pod()
 
 
 def test_pod_from_source_needs_a_pod() -> None:
     with pytest.raises(InvalidInputError) as raised:
-        pod_messages.pod_from_source(admission_pb2.CheckQuotaRequest())
+        pod_messages.pod_from_source(admission_pb2.CheckQuotaRequest(), NVIDIA_ONLY)
     assert str(raised.value) == "pod_source: one of pod or kubernetes_pod_json is required"
 
 
 def test_pod_from_source_prefixes_json_paths() -> None:
     raw = json.dumps(kubernetes_pod(uid="", annotations={"hami.io/vgpu-devices-allocated": "x"}))
     with pytest.raises(InvalidInputError) as raised:
-        pod_messages.pod_from_source(admission_pb2.CheckQuotaRequest(kubernetes_pod_json=raw.encode()))
+        pod_messages.pod_from_source(
+            admission_pb2.CheckQuotaRequest(kubernetes_pod_json=raw.encode()), NVIDIA_ONLY
+        )
     assert [v.path for v in raised.value.violations] == [
         "kubernetes_pod_json.metadata.uid",
         'kubernetes_pod_json.metadata.annotations["hami.io/vgpu-devices-allocated"][0][0]',
@@ -252,7 +258,9 @@ def test_pod_from_source_prefixes_json_paths() -> None:
 
 def test_pod_from_source_refuses_invalid_json() -> None:
     with pytest.raises(InvalidInputError) as raised:
-        pod_messages.pod_from_source(admission_pb2.CheckQuotaRequest(kubernetes_pod_json=b"{"))
+        pod_messages.pod_from_source(
+            admission_pb2.CheckQuotaRequest(kubernetes_pod_json=b"{"), NVIDIA_ONLY
+        )
     assert [v.path for v in raised.value.violations] == ["kubernetes_pod_json"]
 
 
@@ -362,7 +370,7 @@ def test_node_from_source() -> None:
         }
     )
     from_json = node_messages.node_from_source(
-        usage_pb2.RegisterNodeRequest(kubernetes_node_json=node_json.encode())
+        usage_pb2.RegisterNodeRequest(kubernetes_node_json=node_json.encode()), NVIDIA_ONLY
     )
     assert from_json == NodeRegistration(
         "gpu-node-1", (Device("GPU-0", "", 0, 10, 24576, 100, healthy=True),)
@@ -371,13 +379,15 @@ def test_node_from_source() -> None:
         node_name="gpu-node-1",
         inventory=types_pb2.NodeInventory(devices=[node_messages.device_to_pb(from_json.devices[0])]),
     )
-    assert node_messages.node_from_source(typed) == from_json
+    assert node_messages.node_from_source(typed, NVIDIA_ONLY) == from_json
 
 
 def test_node_from_source_needs_a_source_and_a_name() -> None:
     with pytest.raises(InvalidInputError) as raised:
-        node_messages.node_from_source(usage_pb2.RegisterNodeRequest(node_name="n"))
+        node_messages.node_from_source(usage_pb2.RegisterNodeRequest(node_name="n"), NVIDIA_ONLY)
     assert [v.path for v in raised.value.violations] == ["node_source"]
     with pytest.raises(InvalidInputError) as raised:
-        node_messages.node_from_source(usage_pb2.RegisterNodeRequest(inventory=types_pb2.NodeInventory()))
+        node_messages.node_from_source(
+            usage_pb2.RegisterNodeRequest(inventory=types_pb2.NodeInventory()), NVIDIA_ONLY
+        )
     assert [v.path for v in raised.value.violations] == ["node_name"]

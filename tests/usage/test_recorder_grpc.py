@@ -19,6 +19,7 @@ import grpc
 import pytest
 
 from accounting.kube import pod_json as kube_pod_parser
+from accounting.vendors import NVIDIA_RESOURCES
 from hami.accounting.v1 import types_pb2, usage_pb2, usage_pb2_grpc
 from services.common import convert
 from tests.support.pods import (
@@ -76,7 +77,7 @@ def one_gpu_cluster(stub: Stub) -> None:
 
 
 def typed_pod(pod: Json) -> types_pb2.Pod:
-    return convert.pod_to_pb(kube_pod_parser.parse_pod(pod))
+    return convert.pod_to_pb(kube_pod_parser.parse_pod(pod, (NVIDIA_RESOURCES,)))
 
 
 def record(stub: Stub, pod: Json, encoding: str) -> usage_pb2.RecordPodResponse:

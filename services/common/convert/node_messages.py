@@ -15,7 +15,7 @@ from accounting import limits, validate
 from accounting.errors import InvalidInputError, Violations
 from accounting.kube import node_json
 from accounting.model import DEFAULT_DEVICE_MODE, Device, DeviceState, MigProfile
-from accounting.vendors import NVIDIA, NVIDIA_RESOURCES, VendorResources
+from accounting.vendors import NVIDIA, VendorResources
 from hami.accounting.v1 import types_pb2, usage_pb2
 from services.common.convert.grant_messages import mig_placement_from_pb, mig_placement_to_pb
 from services.common.convert.wire_fields import from_wire, same_names, saturated, to_wire
@@ -101,7 +101,7 @@ def devices_from_inventory_pb(
 
 def node_from_source(
     request: usage_pb2.RegisterNodeRequest,
-    vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
+    vendors: Sequence[VendorResources],
 ) -> node_json.NodeRegistration:
     """RegisterNode's node: typed inventory or Kubernetes Node JSON (every one of ``vendors``'
     devices read from it), validated.

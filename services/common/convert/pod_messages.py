@@ -26,7 +26,7 @@ from accounting.model import (
     Pod,
     PodPhase,
 )
-from accounting.vendors import NVIDIA_RESOURCES, VendorResources
+from accounting.vendors import VendorResources
 from hami.accounting.v1 import types_pb2
 from services.common.convert.grant_messages import grant_from_pb, grant_to_pb
 from services.common.convert.wire_fields import same_names, to_wire
@@ -105,7 +105,7 @@ def pod_source_asks_for_devices(request: PodSourceRequest) -> bool:
 
 
 def pod_from_source(
-    request: PodSourceRequest, vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,)
+    request: PodSourceRequest, vendors: Sequence[VendorResources]
 ) -> Pod:
     """The request's pod, typed or as Kubernetes JSON, converted and validated.
 
@@ -133,7 +133,7 @@ def grants_as_sent(
     error: InvalidInputError,
     request: PodSourceRequest,
     pod: Pod,
-    vendors: Sequence[VendorResources] = (NVIDIA_RESOURCES,),
+    vendors: Sequence[VendorResources],
 ) -> InvalidInputError:
     """``error`` with each of ``pod``'s grants named where the request wrote it: the typed
     pod's ``pod.containers[1].grants[0]``, or for Kubernetes JSON the entry of its allocation
