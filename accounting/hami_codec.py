@@ -5,8 +5,8 @@ Layer: accounting (pure). Two formats live here:
 * ``hami.io/vgpu-devices-allocated``: ``UUID,TYPE,MEMORY_MIB,CORE_PERCENT[,SLOTS]:`` per device,
   ``;`` per container position (init containers first, in declaration order). A container
   without a device still writes its ``;``: HAMi v2.10.0 forgot that on model-typed nodes
-  (issue #2899) and shifted every later container onto the wrong GPU. The optional fifth field
-  carries the slot count of a collapsed entry and is written only when it is above 1 (#2877),
+  (HAMi #2899) and shifted every later container onto the wrong GPU. The optional fifth field
+  carries the slot count of a collapsed entry and is written only when it is above 1,
   so raw NVIDIA grants stay in the four-field form every HAMi version reads.
 * ``hami.io/node-nvidia-register``: the JSON array of DeviceInfo the device plugin writes.
 
@@ -85,7 +85,7 @@ def encode_pod_devices(per_container: Sequence[Sequence[DeviceGrant]]) -> str:
 
 def _encode_grant(grant: DeviceGrant) -> str:
     fields = f"{grant.uuid},{grant.vendor},{grant.memory_mib},{grant.core_percent}"
-    # Only collapsed entries carry slots; a raw grant keeps HAMi's four fields (#2877).
+    # Only collapsed entries carry slots; a raw grant keeps HAMi's four fields.
     if grant.slots > 1:
         fields += f",{grant.slots}"
     return fields + ":"

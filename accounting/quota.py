@@ -3,7 +3,7 @@
 Layer: accounting (pure). A "no" is a value with a reason and the numbers, never an exception.
 
 * the boundary is inclusive: used + requested == limit passes;
-* an explicit limit of 0 blocks any positive request (HAMi #2313);
+* an explicit limit of 0 blocks any positive request, as in HAMi;
 * memory: the request already carries the memory factor, so the limit is multiplied by the
   factor (when > 1) — HAMi's FitQuota, equal to applying the factor once to the effective value;
 * the GPU count (limits.nvidia.com/gpu) is a quota dimension too, enforced when a limit is set

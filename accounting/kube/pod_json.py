@@ -324,7 +324,7 @@ class _Reader:
         """Attaches the instances of ``hami.io/vgpu-mig-allocations`` to the NVIDIA grants they
         name (container position, index among its NVIDIA grants, same GPU). An entry naming
         no such grant is left out: HAMi's own positions can be shifted by GPU-less containers
-        (#2899), and a grant on a MIG card without an instance is closed off whole by the
+        (HAMi #2899), and a grant on a MIG card without an instance is closed off whole by the
         recorder anyway."""
         value = annotations.get(MIG_ALLOCATIONS_ANNOTATION)
         if not value:

@@ -33,7 +33,7 @@ namespace quota under the recorder's lock and refuses what no longer fits. Admis
 early, friendly "no"; a cached "yes" can at worst let through a pod that Reserve then refuses.
 A cached "no" would be a wrong refusal of a pod that fits, so the checker confirms every denial
 with a ``fresh`` read before answering (``QuotaChecker``). The direct reads cost a second
-round trip per check (about 2.5 x a no-op RPC instead of 1.3 x, docs/benchmarks.md).
+round trip per check (docs/benchmarks.md has CheckQuota with the cache and without).
 
 A recorder that cannot be reached is ``DependencyUnavailableError`` naming its address
 (UNAVAILABLE on gRPC, 503 in an AdmissionReview) — never a silent allow.

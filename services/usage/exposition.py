@@ -2,9 +2,10 @@
 time from a reading of its store.
 
 Layer: services/usage (runtime). These families have one series per device and per pod device
-(at 5,000 nodes × 8 GPUs, 600,000 series); prometheus_client's exposition spends about 11 µs
-on each sample (label-name validation and escaping on every line), 7 s per scrape with the GIL
-held (``bench/metrics_scrape.py --baseline``), so they are written here instead: a series'
+(at 5,000 nodes × 8 GPUs, 600,000 series); prometheus_client's exposition validates and
+escapes the label names of every line of every sample, for seconds per scrape with the GIL
+held (docs/observability.md, ``bench/metrics_scrape.py --baseline``), so they are written here
+instead: a series'
 label set is escaped once and kept while its device or pod is unchanged
 (``services.usage.scrape``). Only gauges are written this
 way, whose lines are the same in the text format 0.0.4 and in OpenMetrics.

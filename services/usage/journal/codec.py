@@ -27,8 +27,8 @@ from accounting.model import (
     MigProfile,
 )
 
-# json.dumps with non-default separators builds a new encoder per call (about 10 µs); one
-# shared encoder takes a quarter of that.
+# json.dumps with non-default separators builds a new encoder per call; one shared encoder
+# is built once.
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
@@ -234,8 +234,8 @@ load."""
 
 def pod_crc(v: Sequence[Any]) -> int:
     """The checksum of a pods row's checked values."""
-    # One f-string per table: about 2.5 times faster than joining str() of each value, which
-    # counts at recovery (100,000 rows). A row without reserved grants sums what a version-4
+    # One f-string per table: cheaper than joining str() of each value, which counts at
+    # recovery (every row is checked). A row without reserved grants sums what a version-4
     # row summed, so those rows keep their checksums across the migration.
     grants = f"\x1f{v[11]}" if v[11] else ""
     return zlib.crc32(
