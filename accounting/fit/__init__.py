@@ -83,6 +83,7 @@ from accounting.fit.node_state import NodeState
 from accounting.fit.plan import pod_requests_devices
 from accounting.fit.policies import BINPACK, POLICIES, SPREAD, node_order_key, node_policy_for
 from accounting.fit.quota_walk import QuotaContext
+from accounting.fit.refusal import card_capacity_refusal
 
 __all__ = [
     "BINPACK",
@@ -106,6 +107,7 @@ __all__ = [
     "_device_order",
     "_reposition",
     "answer_from_columns",
+    "card_capacity_refusal",
     "device_score",
     "fit_node",
     "fit_node_of_plan",

@@ -146,7 +146,7 @@ def _place_vendor(
 
     The device loop is the one place the accounting keeps a hand-inlined copy of its rules,
     because it runs for every device of every candidate node: the capacity test is
-    _capacity_refusal (Amount arithmetic) on three integer lists of free capacity, and a
+    card_capacity_refusal (Amount arithmetic) on three integer lists of free capacity, and a
     card's share of memory is DeviceDemand.on_card written out (a call per device visited
     costs as much as the rest of the loop). When a quota limit is set, every card that has a
     slot left is priced against it first (``_QuotaWalk``). ``_walk_reasons`` names the reason

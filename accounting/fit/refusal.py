@@ -1,5 +1,5 @@
 """Why a device or a container is refused: the capacity rules of one card for one ask
-(``_capacity_refusal``), and HAMi's per-device count of why a container fits nowhere on a node
+(``card_capacity_refusal``), and HAMi's per-device count of why a container fits nowhere on a node
 (``_walk_reasons``).
 
 Layer: accounting (pure). Only called on failure; the placing's hot loop keeps its own inlined
@@ -27,8 +27,19 @@ from accounting.reasons import (
 )
 
 
-def _capacity_refusal(ask: ContainerAsk, used: Amount, capacity: Amount) -> str | None:
-    """The first capacity rule that refuses a card for one container's request, or None."""
+def card_capacity_refusal(ask: ContainerAsk, used: Amount, capacity: Amount) -> str | None:
+    """The first capacity rule that refuses one card for one container's ask, or None: its
+    memory (a share sized on this card), cores and slot against what is left
+    (``capacity - used``), then the exclusive rule (every core asked of a 100-core card with a
+    task on it) and the share-only rule (no cores asked of a card whose compute is all given
+    away). The generic fit's rules of one card's capacity; the vendors' own rules have theirs
+    (``accounting.vendor_fit``).
+
+    Args:
+        ask: the container's ask for the card's vendor (``accounting.container_ask``).
+        used: what is charged on the card now.
+        capacity: the card's capacity (``Device.capacity``).
+    """
     short = card_shortfall(ask.demand.on_card(capacity.memory_mib), capacity - used)
     if short is not None:
         return CARD_CAPACITY_REASON[short]
@@ -85,7 +96,7 @@ def _walk_reasons(
             if not quota.fits(taken, added):
                 reason = RESOURCE_QUOTA_NOT_FIT
         if reason is None:
-            reason = _capacity_refusal(ask, used, capacity)
+            reason = card_capacity_refusal(ask, used, capacity)
         if reason is not None:
             counts[reason] = counts.get(reason, 0) + 1
             continue
