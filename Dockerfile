@@ -16,6 +16,7 @@ RUN python -m venv /opt/venv
 # (the installed package's dist-info/licenses/LICENSE).
 COPY pyproject.toml README.md LICENSE ./
 COPY accounting/ accounting/
+COPY whatif/ whatif/
 COPY services/ services/
 COPY gen/ gen/
 # A real (non-editable) wheel, so the final image needs neither /src nor the build backend.

@@ -10,6 +10,6 @@ next), quota (the namespace check), ledger (stored usage, totals by deltas, Rese
 scheduler's per-GPU fit), explain (one pod's charge); hami_codec (HAMi's annotation wire
 formats), kube (the readers of Kubernetes JSON: pods, their device requests, nodes,
 quantities), received_json (decoding received JSON), validate (input checks), limits (their
-bounds), quoting (how errors quote received values); counting_rules and whatif (replaying a
-workload under other rules).
+bounds), quoting (how errors quote received values); counting_rules (the rules a what-if replay
+compares; the replay itself is the whatif package, beside this one).
 """

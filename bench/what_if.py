@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from accounting.counting_rules import CountingRule
-from accounting.whatif.generate import generate
-from accounting.whatif.kube_input import SourcedObject, read_workload
-from accounting.whatif.replay import replay
 from bench.procs import ROOT
+from whatif.generate import generate
+from whatif.kube_input import SourcedObject, read_workload
+from whatif.replay import replay
 
 GOAL_S = 30.0
 RESULTS = ROOT / "bench" / "results" / "what_if.json"

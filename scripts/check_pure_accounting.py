@@ -1,4 +1,4 @@
-"""Proves accounting/ imports with no third-party package at all.
+"""Proves accounting/ and the what-if simulator (whatif/) import with no third-party package.
 
 import-linter checks the import graph statically; this runs the package in a fresh
 interpreter started with -S (no site-packages), so grpc, protobuf, kubernetes and
@@ -17,12 +17,13 @@ PROBE = """
 import sys
 sys.path.insert(0, {root!r})
 import pkgutil, importlib
-import accounting
-for module in pkgutil.walk_packages(accounting.__path__, "accounting."):
-    importlib.import_module(module.name)
+import accounting, whatif
+for package in (accounting, whatif):
+    for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        importlib.import_module(module.name)
 for banned in ("grpc", "google", "kubernetes", "opentelemetry"):
     assert banned not in sys.modules, banned
-print("accounting imports with the standard library only")
+print("accounting and whatif import with the standard library only")
 """
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 costs, in a table and (with ``--chart``) a PNG.
 
 Layer: services/cli (a subcommand; talks to no daemon). Reads the input, hands it to the pure replay
-(accounting.whatif) once per rule, prints the figures:
+(the whatif package) once per rule, prints the figures:
 
 * input: files or directories of Kubernetes objects, JSON or YAML (``kubectl get pods,nodes -A
   -o json``, a ``List``, or one manifest per document; ``-`` reads stdin), or ``--generate N``
@@ -38,12 +38,14 @@ from accounting import numbers
 from accounting.counting_rules import CountingRule
 from accounting.errors import InvalidInputError
 from accounting.fit import POLICIES
-from accounting.whatif.generate import generate
-from accounting.whatif.kube_input import SourcedObject, read_workload
-from accounting.whatif.replay import ReplaySettings, RuleResult, replay
-from accounting.whatif.workload import DEFAULT_INIT_RUN_S, Workload
 from services.cli.tables import add_identifier_column, console_for, print_uncut
 from services.cli.what_if_chart import INSTALL_HINT, ChartUnavailableError, write_chart
+from whatif.generate import generate
+from whatif.kube_input import SourcedObject, read_workload
+from whatif.replay import replay
+from whatif.results import RuleResult
+from whatif.settings import ReplaySettings
+from whatif.workload import DEFAULT_INIT_RUN_S, Workload
 
 EXIT_OK = 0
 EXIT_USAGE = 2

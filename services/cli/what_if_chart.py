@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from accounting.counting_rules import CountingRule
-from accounting.whatif.replay import RuleResult
+from whatif.results import RuleResult
 
 INSTALL_HINT = (
     "install the project's what-if extra from the checkout (.venv/bin/pip install -e '.[what-if]'; "

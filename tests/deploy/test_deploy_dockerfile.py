@@ -138,7 +138,7 @@ def test_build_context_allow_list_covers_what_the_builder_copies(stages: list[St
             assert name in allowed, f"COPY {source} is excluded by .dockerignore"
             assert (REPO_ROOT / name).exists(), f"{name} is missing"
     # The wheel is built from these packages (pyproject's package discovery).
-    assert {"accounting", "services", "gen", "pyproject.toml"} <= allowed
+    assert {"accounting", "whatif", "services", "gen", "pyproject.toml"} <= allowed
     assert Path(REPO_ROOT / "gen" / "hami").is_dir()
 
 
@@ -167,6 +167,9 @@ def test_the_image_ships_the_licence(stages: list[Stage], tmp_path: Path) -> Non
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = wheels.glob("hami_accounting-*.whl")
     with zipfile.ZipFile(wheel) as archive:
+        # Every package the hami-accounting command imports ships in the wheel.
+        names = set(archive.namelist())
+        assert {"accounting/fold.py", "whatif/replay.py", "services/cli/app.py"} <= names
         licences = [n for n in archive.namelist() if ".dist-info/licenses/" in n]
         assert [n.rsplit("/", 1)[-1] for n in licences] == ["LICENSE"]
         assert archive.read(licences[0]) == (REPO_ROOT / "LICENSE").read_bytes()

@@ -1,7 +1,8 @@
 """A seeded synthetic workload, written as the Kubernetes objects a cluster would hold.
 
-Layer: accounting (pure; all randomness from one ``random.Random(seed)``, so a seed always gives
-the same objects). The objects go through accounting.whatif.kube_input like any other input.
+Layer: the what-if simulator (accounting and the standard library only; all randomness from
+one ``random.Random(seed)``, so a seed always gives the same objects). The objects go through
+whatif.kube_input like any other input.
 
 The mix is what GPU platforms run (memory per card, MiB; shares of the pods):
 

@@ -10,11 +10,13 @@ import pytest
 from accounting.counting_rules import CountingRule
 from accounting.fit import NodeFit, NodeState, QuotaContext, fit_pod
 from accounting.model import ContainerClass
-from accounting.whatif import replay as replay_module
-from accounting.whatif.generate import generate
-from accounting.whatif.kube_input import SourcedObject, read_workload
-from accounting.whatif.replay import Outcome, ReplaySettings, replay
-from accounting.whatif.workload import Workload
+from whatif import replay as replay_module
+from whatif.generate import generate
+from whatif.kube_input import SourcedObject, read_workload
+from whatif.replay import replay
+from whatif.results import Outcome
+from whatif.settings import ReplaySettings
+from whatif.workload import Workload
 
 SHAPES = {"inference", "warmup", "sidecar-first", "sidecar-after", "two-stage", "trainer", "mesh"}
 
@@ -122,7 +124,7 @@ def test_every_placement_is_what_fit_pod_chooses_over_every_node(
     def checked_place(
         self: replay_module._Replay, live: object, chosen: NodeFit, now_s: int
     ) -> None:
-        pod = self.live[live.index].counted  # type: ignore[attr-defined]
+        pod = self.pods[live.index].counted  # type: ignore[attr-defined]
         nodes = [NodeState(n, self.ledger.node_states(n) or ()) for n in self.inventories]
         quota = None
         if pod.namespace in self.quota_namespaces:

@@ -1,6 +1,7 @@
 """The workload a what-if replays: pods with their timing, the node pool, namespace quotas.
 
-Layer: accounting (pure). Times are whole seconds from the start of the window.
+Layer: the what-if simulator (accounting and the standard library only). Times are whole
+seconds from the start of the window.
 """
 
 from __future__ import annotations

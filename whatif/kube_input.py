@@ -1,9 +1,9 @@
 """A what-if workload from Kubernetes objects as decoded JSON (what ``kubectl get -o json``
 prints, or YAML manifests loaded into the same shapes).
 
-Layer: accounting (pure). Pods and Nodes are read by the parsers the daemons use
-(accounting.kube.pod_json, accounting.kube.node_json); ResourceQuotas by their ``spec.hard``
-GPU keys.
+Layer: the what-if simulator (accounting and the standard library only). Pods and Nodes are
+read by the parsers the daemons use (accounting.kube.pod_json, accounting.kube.node_json);
+ResourceQuotas by their ``spec.hard`` GPU keys.
 
 * ``List`` objects (kind ``List`` or ``...List``) are opened and their items read in order.
 * Skipped, and counted by what they are: a Pod without a GPU request, a Node without HAMi
@@ -39,7 +39,7 @@ from accounting.limits import MAX_QUOTA_LIMIT
 from accounting.model import ContainerClass, Pod, PodPhase
 from accounting.quota import merge_quota_limits, quota_keys
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources
-from accounting.whatif.workload import DEFAULT_INIT_RUN_S, ReplayPod, Workload
+from whatif.workload import DEFAULT_INIT_RUN_S, ReplayPod, Workload
 
 DEFAULT_WINDOW_S = 3600
 """The window of an input that holds no timestamp at all."""

@@ -13,9 +13,10 @@ import pytest
 from accounting.counting_rules import CountingRule
 from accounting.kube.node_json import NodeRegistration
 from accounting.model import ContainerClass, Pod
-from accounting.whatif.replay import Outcome, RuleResult, replay
-from accounting.whatif.workload import ReplayPod, Workload
 from tests.builders import PodBuilder, device, req
+from whatif.replay import replay
+from whatif.results import Outcome, RuleResult
+from whatif.workload import ReplayPod, Workload
 
 SUMMED, HAMI, SHRINK, PROGRESSIVE = (
     CountingRule.SUMMED,

@@ -21,9 +21,12 @@ from accounting.counting_rules import CountingRule
 from accounting.fit import NodeFit, NodeState, QuotaContext, fit_pod
 from accounting.kube.node_json import NodeRegistration
 from accounting.model import NVIDIA, Container, ContainerClass, Device, DeviceRequest, Pod
-from accounting.whatif import replay as replay_module
-from accounting.whatif.replay import Outcome, ReplaySettings, replay
-from accounting.whatif.workload import ReplayPod, Workload
+from whatif import replay as replay_module
+from whatif.replay import replay
+from whatif.results import Outcome
+from whatif.settings import ReplaySettings
+from whatif.shapes import ShapeQueue
+from whatif.workload import ReplayPod, Workload
 
 MEM = "nvidia.com/gpumem"
 MODELS = ("NVIDIA A10", "NVIDIA A100-SXM4-40GB")
@@ -119,7 +122,7 @@ def checked_placements(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     placements: Counter[str] = Counter()
 
     def checked(self: replay_module._Replay, live: object, chosen: NodeFit, now_s: int) -> None:
-        pod = self.live[live.index].counted  # type: ignore[attr-defined]
+        pod = self.pods[live.index].counted  # type: ignore[attr-defined]
         states = [NodeState(n, self.ledger.node_states(n) or ()) for n in self.inventories]
         quota = None
         if pod.namespace in self.quota_namespaces:
@@ -138,14 +141,12 @@ def checked_placements(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 
     attempt = replay_module._Replay.attempt
 
-    def checked_attempt(
-        self: replay_module._Replay, queue: replay_module._ShapeQueue, now_s: int
-    ) -> bool:
+    def checked_attempt(self: replay_module._Replay, queue: ShapeQueue, now_s: int) -> bool:
         head = queue.waiting[0]
         if attempt(self, queue, now_s):
             return True
         # Refused on the nodes tried: every node refuses it (none left out would take it).
-        pod = self.live[head].counted
+        pod = self.pods[head].counted
         states = [NodeState(n, self.ledger.node_states(n) or ()) for n in self.inventories]
         quota = None
         if pod.namespace in self.quota_namespaces:

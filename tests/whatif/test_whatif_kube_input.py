@@ -10,7 +10,8 @@ import pytest
 from accounting.annotations import NODE_REGISTER_ANNOTATION
 from accounting.errors import InvalidInputError
 from accounting.hami_codec import encode_node_register
-from accounting.whatif.kube_input import (
+from tests.builders import device
+from whatif.kube_input import (
     DEFAULT_WINDOW_S,
     SKIPPED_AFTER_WINDOW,
     SKIPPED_GPU_LESS_NODE,
@@ -20,8 +21,7 @@ from accounting.whatif.kube_input import (
     SourcedObject,
     read_workload,
 )
-from accounting.whatif.workload import DEFAULT_INIT_RUN_S
-from tests.builders import device
+from whatif.workload import DEFAULT_INIT_RUN_S
 
 Json = dict[str, Any]
 
