@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -287,3 +289,18 @@ def test_a_chart_path_ending_in_upper_case_png_is_written_exactly_there(tmp_path
     assert f"Chart: {chart}" in out
     assert [p.name for p in tmp_path.iterdir()] == ["WHAT-IF.PNG"]
     assert chart.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_the_docs_install_only_extras_pyproject_defines_and_never_from_pypi() -> None:
+    """hami-accounting is not published: a doc that says ``pip install 'hami-accounting[...]'``
+    sends the reader to a package that does not exist."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = set(project["optional-dependencies"])
+    assert "what-if" in extras
+    named: list[tuple[str, str]] = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for command in re.findall(r"pip install[^`\n]*", page.read_text()):
+            assert "hami-accounting" not in command, (page.name, command)
+            named += [(page.name, extra) for extra in re.findall(r"\.\[([\w,-]+)\]", command)]
+    assert ("what-if.md", "what-if") in named
+    assert {extra for _, extra in named} <= extras, named
