@@ -5,7 +5,10 @@ Layer: the what-if simulator (accounting and the standard library only). The sch
 choice is fit_pod's: nodes are walked in ``fit.node_order_key`` order and the first that fits is
 taken (fit_pod takes the best key among all that fit: the same node). The pool keeps the nodes
 in the default policy's order as usage changes, and numbers every change (a node's usage, a
-namespace's usage) so that a shape that failed is tried again only on what changed since.
+namespace's usage) so that a shape that failed is tried again only on what changed since. The
+pre-check holds no rule of its own: it compares the asks of the fit's plan (whatif.shapes) with
+each card's free ``Amount`` as the fit's capacity rule does, so it leaves out only nodes the fit
+would refuse.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import bisect
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 
+from accounting.amount import ZERO, Amount
 from accounting.fit import NodeState, device_score, node_order_key, node_policy_for
 from accounting.ledger import Ledger
 from accounting.model import Device, DeviceState, Pod
@@ -21,20 +25,11 @@ from whatif.shapes import ShapeQueue
 
 
 class NodeSummary:
-    """A node's place in the scheduler's order and what the cheap pre-check reads; the
-    NodeState the fit needs is built only when the node is tried."""
+    """A node's place in the scheduler's order and what the cheap pre-check reads: each usable
+    card's free capacity (a card of the vendor, healthy, with a slot left), and the envelope of
+    them. The NodeState the fit needs is built only when the node is tried."""
 
-    __slots__ = (
-        "_state",
-        "devices",
-        "devices_with_slot",
-        "free",
-        "max_cores_free",
-        "max_memory_free_mib",
-        "name",
-        "score",
-        "used",
-    )
+    __slots__ = ("_state", "cards", "devices", "envelope", "name", "score", "used")
 
     def __init__(
         self,
@@ -47,31 +42,34 @@ class NodeSummary:
         self.devices = devices
         self.used = used
         self._state: NodeState | None = None
-        with_slot = 0
-        memory_free = cores_free = -1
-        free: list[tuple[int, int]] = []
-        slots_used = slots_total = cores_used = cores_total = memory_used = memory_total = 0
+        cards: list[tuple[int, Amount]] = []
+        envelope = ZERO
+        charged = ZERO
+        offered = ZERO
         for device in devices:
-            memory, cores, slots = used.get(device.uuid, (0, 0, 0))
-            slots_used += slots
-            slots_total += device.slots_total
-            cores_used += cores
-            cores_total += device.core_percent_total
-            memory_used += memory
-            memory_total += device.memory_total_mib
-            if not device.healthy or device.vendor != vendor or slots >= device.slots_total:
+            capacity = device.capacity
+            held = Amount(*used[device.uuid]) if device.uuid in used else ZERO
+            charged += held
+            offered += capacity
+            if not device.healthy or device.vendor != vendor:
                 continue
-            with_slot += 1
-            memory_free = max(memory_free, device.memory_total_mib - memory)
-            cores_free = max(cores_free, device.core_percent_total - cores)
-            free.append((device.memory_total_mib - memory, device.core_percent_total - cores))
-        self.free = tuple(free)
-        self.devices_with_slot = with_slot
-        self.max_memory_free_mib = memory_free
-        self.max_cores_free = cores_free
+            free = capacity - held
+            if free.slots <= 0:
+                continue
+            cards.append((device.memory_total_mib, free))
+            envelope = envelope.join(free)
+        self.cards = tuple(cards)
+        """(memory total, free capacity) of every card the fit may place a device on."""
+        self.envelope = envelope
+        """The most any one of ``cards`` has free, per dimension (nothing without a card)."""
         # NodeState.score, from the same sums.
         self.score = device_score(
-            slots_used, slots_total, cores_used, cores_total, memory_used, memory_total
+            charged.slots,
+            offered.slots,
+            charged.core_percent,
+            offered.core_percent,
+            charged.memory_mib,
+            offered.memory_mib,
         )
 
     @property
@@ -88,18 +86,17 @@ class NodeSummary:
             )
         return self._state
 
-    def takes(self, asks: tuple[tuple[int, int, int], ...]) -> bool:
-        """Each container's devices could each find a device with a free slot and enough
-        memory and cores free (counted per container: a necessary condition only)."""
-        free = self.free
-        for count, memory_mib, core_percent in asks:
-            enough = 0
-            for memory_free, cores_free in free:
-                if memory_free >= memory_mib and cores_free >= core_percent:
-                    enough += 1
-            if enough < count:
-                return False
-        return True
+    def takes(self, queue: ShapeQueue) -> bool:
+        """Each container's devices could each be taken by a card of its own, as the fit's
+        capacity rule says (counted per container: a necessary condition only)."""
+        taking = [0] * len(queue.asks)
+        for memory_total_mib, free in self.cards:
+            for position, need in enumerate(queue.on_card(memory_total_mib)):
+                if need.fits_in(free):
+                    taking[position] += 1
+        return all(
+            count >= demand.count for count, demand in zip(taking, queue.asks, strict=True)
+        )
 
     def key(self, node_policy: str) -> tuple[float, str]:
         """Its place in the scheduler's order under ``node_policy``."""
@@ -171,32 +168,27 @@ class NodePool:
             yield from self.passing(queue, self.nodes)
             return
         nodes = self.nodes
-        devices, memory_mib, core_percent = queue.need
-        fine = queue.fine
-        # Not changed while this walks it: a placement ends the walk. The coarse test is
-        # inlined: this loop visits every busy node before the first that may take the pod.
+        most, fits, fine = queue.most_devices, queue.need.fits_in, queue.fine
+        # Not changed while this walks it: a placement ends the walk. The pre-check is inlined:
+        # this loop visits every busy node before the first that may take the pod.
         for _, name in self.order:
             summary = nodes[name]
             if (
-                summary.devices_with_slot >= devices
-                and summary.max_memory_free_mib >= memory_mib
-                and summary.max_cores_free >= core_percent
-                and (not fine or summary.takes(queue.asks))
+                len(summary.cards) >= most
+                and fits(summary.envelope)
+                and (not fine or summary.takes(queue))
             ):
                 yield summary.state
 
     def passing(self, queue: ShapeQueue, names: Iterable[str]) -> list[NodeState]:
         """Those of the named nodes that may take the shape, in the order fit_pod prefers."""
-        nodes = self.nodes
-        devices, memory_mib, core_percent = queue.need
-        fine = queue.fine
+        most, fits, fine = queue.most_devices, queue.need.fits_in, queue.fine
         passing = [
             summary
-            for summary in map(nodes.__getitem__, names)
-            if summary.devices_with_slot >= devices
-            and summary.max_memory_free_mib >= memory_mib
-            and summary.max_cores_free >= core_percent
-            and (not fine or summary.takes(queue.asks))
+            for summary in map(self.nodes.__getitem__, names)
+            if len(summary.cards) >= most
+            and fits(summary.envelope)
+            and (not fine or summary.takes(queue))
         ]
         if len(passing) > 1:
             policy = queue.node_policy

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from accounting.counting_rules import CountingRule, counted_pod
-from accounting.fit import NodeFit, NodeState, QuotaContext, fit_node, fit_nodes, node_policy_for
+from accounting.fit import NodeFit, NodeState, QuotaContext, fit_node, fit_nodes
 from accounting.ledger import Ledger, LedgerChange
 from accounting.lifecycle import StoredPod
 from accounting.model import Device, DeviceGrant, Pod
@@ -180,7 +180,8 @@ class _Replay:
             queue = self.queues[replayed.shape] = ShapeQueue.for_pod(
                 pod,
                 self.vendor,
-                node_policy_for(pod, self.settings.node_policy),
+                node_policy=self.settings.node_policy,
+                gpu_policy=self.settings.gpu_policy,
                 quota_bound=pod.namespace in self.quota_namespaces,
             )
         queue.waiting.append(index)

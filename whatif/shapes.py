@@ -11,10 +11,12 @@ for the shape at all and the change number after which the shape last failed eve
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from accounting.amount import ZERO, Amount
+from accounting.fit import fit_plan, node_policy_for
 from accounting.model import Pod
-from accounting.pod import device_demand
+from accounting.pod import DeviceDemand
 from accounting.vendors import VendorResources
 
 _FIT_ANNOTATION_PREFIXES = ("hami.io/", "nvidia.com/")
@@ -27,32 +29,79 @@ class ShapeQueue:
 
     waiting: deque[int]
     node_policy: str
-    asks: tuple[tuple[int, int, int], ...]
-    """Necessary for a node to be tried at all, per container: (devices, memory MiB, cores)
-    that many of its devices with a free slot must each have free; a node without it would
-    refuse the shape (the fit checks the same, on no more than the node has free)."""
-    need: tuple[int, int, int]
-    """The coarse form of ``asks``: tested first, on three numbers per node."""
+    """The pod's node policy (its annotation applied), as the fit's plan has it."""
+    asks: tuple[DeviceDemand, ...]
+    """What each container asks of each of its devices, as the fit's plan sizes it (a vendor
+    charged by slot only asks nothing else). Necessary for a node to be tried at all: per
+    container, that many of its cards must each take a device of it as the fit's capacity
+    rule says (``DeviceDemand.on_card`` fits in what the card has free); a node without them
+    would refuse the shape, since the fit checks the same on no more than the node has free."""
+    most_devices: int
+    """The coarse form of ``asks``, tested first: the most devices one container asks for..."""
+    need: Amount
+    """...and the least any of its devices takes on any card, enveloped over the containers
+    (a share of a card counts as nothing here: its size depends on the card)."""
     fine: bool
-    """``need`` alone does not imply ``asks`` (several devices, or several containers)."""
+    """The coarse test alone does not imply ``asks`` (several devices, or several
+    containers)."""
     quota_bound: bool
     """Its namespace has a quota: the quota steers which cards the fit takes (and may refuse
     them), so a change of the namespace's usage makes every node worth trying again."""
     failed_seq: int = -1
     """Every node unchanged since this change number refuses the shape (-1: never tried)."""
+    _on_card: dict[int, tuple[Amount, ...]] = field(default_factory=dict, init=False, repr=False)
+
+    def on_card(self, memory_total_mib: int) -> tuple[Amount, ...]:
+        """What one device of each ask takes on a card of ``memory_total_mib``
+        (``DeviceDemand.on_card``, remembered per card size: a pool has few)."""
+        taken = self._on_card.get(memory_total_mib)
+        if taken is None:
+            taken = tuple(demand.on_card(memory_total_mib) for demand in self.asks)
+            self._on_card[memory_total_mib] = taken
+        return taken
 
     @classmethod
     def for_pod(
-        cls, pod: Pod, vendor: VendorResources, node_policy: str, quota_bound: bool
+        cls,
+        pod: Pod,
+        vendor: VendorResources,
+        *,
+        node_policy: str,
+        gpu_policy: str,
+        quota_bound: bool,
     ) -> ShapeQueue:
-        """An empty queue for the pod's shape."""
-        asks = _asks(pod, vendor)
+        """An empty queue for the pod's shape, its asks from the plan the fit makes of it.
+
+        Raises:
+            InvalidInputError: a policy is neither binpack nor spread.
+        """
+        plan = fit_plan(pod, vendor=vendor, node_policy=node_policy, gpu_policy=gpu_policy)
+        asks: tuple[DeviceDemand, ...] = ()
+        if plan is None:
+            # No device of the vendor asked: every node passes, the fit answers.
+            node_policy = node_policy_for(pod, node_policy)
+        else:
+            node_policy = plan.node_policy
+            asks = tuple(
+                DeviceDemand(
+                    count=ask.count,
+                    memory_mib=ask.memory_mib,
+                    memory_percent=ask.memory_percent,
+                    core_percent=ask.core_percent,
+                )
+                for ask in plan.asks
+            )
+        need = ZERO
+        for demand in asks:
+            # On a card of no memory a share is nothing: the least the device takes anywhere.
+            need = need.join(demand.on_card(0))
         return cls(
             waiting=deque(),
             node_policy=node_policy,
             asks=asks,
-            need=_need(asks),
-            fine=len(asks) > 1 or any(count > 1 for count, _, _ in asks),
+            most_devices=max((demand.count for demand in asks), default=0),
+            need=need,
+            fine=len(asks) > 1 or any(demand.count > 1 for demand in asks),
             quota_bound=quota_bound,
         )
 
@@ -69,25 +118,4 @@ def shape_of(pod: Pod) -> object:
                 if key.startswith(_FIT_ANNOTATION_PREFIXES)
             )
         ),
-    )
-
-
-def _asks(pod: Pod, vendor: VendorResources) -> tuple[tuple[int, int, int], ...]:
-    """(devices, memory MiB, cores) each container asks per device, sized by the one sizing
-    rule (accounting.pod.device_demand); a share of a card counts as 0 MiB here."""
-    asks = []
-    for container in pod.containers:
-        demand = device_demand(container, vendor)
-        if demand is not None:
-            asks.append((demand.count, demand.memory_mib or 0, demand.core_percent))
-    return tuple(asks)
-
-
-def _need(asks: tuple[tuple[int, int, int], ...]) -> tuple[int, int, int]:
-    """The coarse test: as many devices with a free slot as the largest count asked, and one
-    of them with the most memory, one with the most cores, any container asks per device."""
-    return (
-        max((count for count, _, _ in asks), default=0),
-        max((memory for _, memory, _ in asks), default=0),
-        max((cores for _, _, cores in asks), default=0),
     )
