@@ -7,7 +7,12 @@ WatchUsage streams and health on its event loop, unary calls on a thread pool;
 Health: the ``liveness`` service (set by the server builder) is SERVING from start to stop;
 the overall status ("" and the UsageRecorder service) is SERVING once this replica may be
 trusted with writes — at once when running stand-alone, after the first Kubernetes sync with a
-source, and only while leading with leader election.
+source, and only while leading with leader election. The ``readiness`` service, which the
+readiness probe asks, is the overall status, and with leader election also SERVING on a
+standby in contact with the Lease: both replicas count as healthy for a PodDisruptionBudget,
+so a drain may evict the leader (the standby takes over), while the recorder's Service sends
+calls to the pod carrying the leader label, set while this replica leads and is synced
+(services/usage/leader_label.py).
 """
 
 from __future__ import annotations
@@ -49,17 +54,39 @@ from services.usage.watch_hub import DEFAULT_MAX_LAG_EVENTS, WatchHub
 if TYPE_CHECKING:
     from services.usage.k8s import ApiClient, KubernetesSource
     from services.usage.leader import LeaderElector
+    from services.usage.leader_label import LeaderLabel
 
 _LOG = logging.getLogger("services.usage")
 
+READINESS_SERVICE = "readiness"
+"""The health service the recorder's readiness probe asks (see the module's docstring)."""
+
+
 class _Readiness:
-    """Overall health = synced with Kubernetes (when a source runs) and leading (when electing)."""
+    """Overall health = synced with Kubernetes (when a source runs) and leading (when electing);
+    readiness = that, or a standby in contact with the Lease; the leader label follows the
+    overall health."""
 
     def __init__(self, handle: ServerHandle, *, needs_sync: bool, needs_leader: bool) -> None:
         self._handle = handle
         self._lock = threading.Lock()
         self._synced = not needs_sync
         self._leading = not needs_leader
+        self._standby = needs_leader
+        self._in_contact = False
+        self._label: LeaderLabel | None = None
+        with self._lock:
+            self._apply()
+
+    def bind_label(self, label: LeaderLabel) -> None:
+        with self._lock:
+            self._label = label
+            self._apply()
+
+    def set_in_contact(self, in_contact: bool) -> None:
+        with self._lock:
+            self._in_contact = in_contact
+            self._apply()
 
     @property
     def ready(self) -> bool:
@@ -77,8 +104,15 @@ class _Readiness:
             self._apply()
 
     def _apply(self) -> None:
+        serving = self._synced and self._leading
         if not self._handle.stopped:
-            self._handle.set_serving(self._synced and self._leading)
+            self._handle.set_serving(serving)
+            # A leader still listing the cluster is not ready (the standby it was is): should
+            # the Service select it early, it sends it nothing until it is synced.
+            standing_by = self._standby and not self._leading and self._in_contact
+            self._handle.set_health(READINESS_SERVICE, serving or standing_by)
+        if self._label is not None:
+            self._label.want(serving)
 
 
 class LeaderView:
@@ -149,6 +183,7 @@ class UsageRecorder:
     readiness: _Readiness
     servicer: UsageRecorderServicer
     elector: LeaderElector | None = None
+    label: LeaderLabel | None = None
     source_factory: Callable[[], KubernetesSource] | None = None
     _source: KubernetesSource | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -198,6 +233,9 @@ class UsageRecorder:
         """Stops election and source, ends watch streams, closes the journal, flushes traces
         (after the gRPC server has stopped)."""
         self._shutting_down = True
+        if self.label is not None:
+            # Off the Service before the Lease goes: no call reaches a recorder that stops.
+            self.label.stop()
         if self.elector is not None:
             self.elector.stop()
         self.stop_source()
@@ -345,8 +383,19 @@ def _start_kubernetes(
     if leader_view is None:
         recorder.start_source()
         return
+    from services.usage.k8s_pod_label import PodLabelClient
     from services.usage.leader import LeaderElector
+    from services.usage.leader_label import LeaderLabel
 
+    # The identity is the pod's name (HAMI_ACCOUNTING_POD_NAME), in the Lease's namespace.
+    label = LeaderLabel(
+        PodLabelClient(client, config.lease_namespace),
+        config.identity,
+        holder=lambda: recorder.elector.holder if recorder.elector is not None else None,
+    )
+    recorder.label = label
+    label.start()
+    recorder.readiness.bind_label(label)
     elector = LeaderElector(
         client,
         config.lease_namespace,
@@ -354,6 +403,7 @@ def _start_kubernetes(
         config.identity,
         on_started_leading=recorder.on_started_leading,
         on_stopped_leading=recorder.on_stopped_leading,
+        on_contact_changed=recorder.readiness.set_in_contact,
     )
     leader_view.bind(elector)
     recorder.elector = elector

@@ -14,6 +14,10 @@ over by re-listing when the leader goes away. The algorithm is client-go's ``lea
   candidate can consider the Lease expired;
 * stopping releases the Lease (clears holderIdentity) so a standby takes over at once.
 
+Beside leadership, the elector says whether it is **in contact**: it read the Lease within
+the last ``lease_duration_s``. A standby in contact can take over when the leader goes away,
+so it reports ready for disruption purposes (services/usage/__main__.py).
+
 Kubernetes API access goes through ``services.usage.k8s`` (the one module importing the client).
 """
 
@@ -53,6 +57,7 @@ class LeaderElector:
         renew_interval_s: float = 5.0,
         on_started_leading: Callable[[], None] | None = None,
         on_stopped_leading: Callable[[], None] | None = None,
+        on_contact_changed: Callable[[bool], None] | None = None,
     ) -> None:
         """Builds a stopped elector; ``start()`` runs it.
 
@@ -68,6 +73,7 @@ class LeaderElector:
                 return quickly (start work on other threads).
             on_stopped_leading: called on the election thread (or in ``stop()``) when we stop
                 being leader, also when leadership is lost without a clean release.
+            on_contact_changed: called on the election thread when ``in_contact`` changes.
         """
         if not identity:
             raise ValueError("identity must not be empty")
@@ -83,6 +89,9 @@ class LeaderElector:
         self._renew_deadline_s = lease_duration_s - renew_interval_s
         self._on_started_leading = on_started_leading
         self._on_stopped_leading = on_stopped_leading
+        self._on_contact_changed = on_contact_changed
+        self._read_at = float("-inf")
+        self._in_contact = False
         self._leases = LeaseClient(api_client, request_timeout_s=max(1.0, self._renew_deadline_s))
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -102,6 +111,20 @@ class LeaderElector:
         """True while we hold the Lease and renewed it within the renew deadline."""
         with self._lock:
             return self._leading and time.monotonic() - self._renewed_at < self._renew_deadline_s
+
+    @property
+    def in_contact(self) -> bool:
+        """True while the last successful read of the Lease is at most ``lease_duration_s``
+        old: this replica could take over."""
+        with self._lock:
+            return self._in_contact
+
+    @property
+    def holder(self) -> str | None:
+        """The Lease's holder as last read while in contact (None: nobody, or not known)."""
+        with self._lock:
+            observed = self._observed if self._in_contact else None
+        return (observed.holder_identity or None) if observed is not None else None
 
     def start(self) -> None:
         """Starts competing for the Lease on a background thread."""
@@ -133,12 +156,15 @@ class LeaderElector:
     def _run(self) -> None:
         while not self._stopping.is_set():
             self._try_acquire_or_renew()
+            self._update_contact()
             self._stopping.wait(self._renew_interval_s)
 
     def _try_acquire_or_renew(self) -> None:
         now = datetime.now(UTC)
         try:
             current = self._leases.get(self._namespace, self._lease_name)
+            with self._lock:
+                self._read_at = time.monotonic()
             if current is None:
                 held = self._leases.create(
                     self._namespace,
@@ -187,6 +213,17 @@ class LeaderElector:
         with self._lock:
             self._renewed_at = time.monotonic()
         self._set_leading(True)
+
+    def _update_contact(self) -> None:
+        with self._lock:
+            in_contact = time.monotonic() - self._read_at <= self._lease_duration_s
+            changed = in_contact != self._in_contact
+            self._in_contact = in_contact
+        if changed and self._on_contact_changed is not None:
+            try:
+                self._on_contact_changed(in_contact)
+            except Exception:
+                logger.exception("leader election callback failed")
 
     def _observe(self, record: LeaseRecord) -> None:
         if record != self._observed:

@@ -50,6 +50,7 @@ from deploy_support import (
 )
 
 from accounting import vendors as vendor_table
+from services.usage.k8s_pod_label import LEADER_LABEL
 
 renderer = load_renderer()
 match = load_script("gen_webhook_match")
@@ -511,7 +512,12 @@ def test_workloads_keep_the_deploy_contract(
         assert workload["metadata"]["name"] == name
         pod = workload["spec"]["template"]
         service = find(objects, "Service", name)
-        assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+        selector = dict(service["spec"]["selector"])
+        # The recorder's Service selects the leader's pod, labelled at run time.
+        leader = selector.pop(LEADER_LABEL, None)
+        elects = daemon == "usage" and value_set.values.get("usage", {}).get("leaderElect", True)
+        assert leader == ("true" if elects else None)
+        assert selector.items() <= pod["metadata"]["labels"].items()
         assert workload["spec"]["selector"]["matchLabels"].items() <= (
             pod["metadata"]["labels"].items())
         assert pod["spec"]["serviceAccountName"] == name
@@ -538,13 +544,18 @@ def test_workloads_keep_the_deploy_contract(
         assert security["capabilities"] == {"drop": ["ALL"]}
         assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
         readiness, liveness = container["readinessProbe"], container["livenessProbe"]
+        # The recorder's readiness counts a standby that can take over (a drain may evict the
+        # leader); its overall status is the leader's alone.
+        readiness_service = {"service": "readiness"} if daemon == "usage" else {}
         if tls:
-            assert readiness["exec"]["command"] == ["hami-accounting", "health",
-                                                    f"127.0.0.1:{grpc_port}"]
+            assert readiness["exec"]["command"] == [
+                "hami-accounting", "health", f"127.0.0.1:{grpc_port}",
+                *(["--service", "readiness"] if readiness_service else []),
+            ]
             assert liveness["tcpSocket"]["port"] == "grpc"
             assert env["HAMI_ACCOUNTING_TLS_CA_FILE"] == "/etc/hami-accounting/grpc-tls/ca.crt"
         else:
-            assert readiness["grpc"] == {"port": grpc_port}
+            assert readiness["grpc"] == {"port": grpc_port, **readiness_service}
             assert liveness["grpc"] == {"port": grpc_port, "service": "liveness"}
             assert "HAMI_ACCOUNTING_TLS_CERT_FILE" not in env
 

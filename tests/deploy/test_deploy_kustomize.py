@@ -40,6 +40,8 @@ from deploy_support import (
     workloads,
 )
 
+from services.usage.k8s_pod_label import LEADER_LABEL
+
 renderer = load_renderer()
 
 
@@ -247,7 +249,9 @@ def test_each_daemon_has_a_workload_service_and_service_account(
         assert pod["spec"]["serviceAccountName"] == name
         find(objects, "ServiceAccount", name)
         service = find(objects, "Service", name)
-        selector = service["spec"]["selector"]
+        selector = dict(service["spec"]["selector"])
+        # The recorder's Service selects the leader's pod, labelled at run time.
+        assert selector.pop(LEADER_LABEL, None) == ("true" if daemon == "usage" else None)
         assert selector.items() <= pod["metadata"]["labels"].items()
         assert selector.items() <= workload["spec"]["selector"]["matchLabels"].items()
         ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
@@ -280,6 +284,9 @@ def test_probes_use_the_daemon_grpc_port(
         container = the_container(workload)
         grpc_port = DAEMON_PORTS[daemon_of(workload)][0]
         readiness, liveness = container["readinessProbe"], container["livenessProbe"]
+        # The recorder's readiness counts a standby that can take over (a drain may evict the
+        # leader); its overall status is the leader's alone.
+        usage = daemon_of(workload) == "usage"
         if variant.tls:
             # The kubelet's gRPC probe cannot do TLS: the CLI (which reads the TLS files) checks
             # readiness, and liveness only needs the port to accept connections.
@@ -287,12 +294,15 @@ def test_probes_use_the_daemon_grpc_port(
                 "hami-accounting",
                 "health",
                 f"127.0.0.1:{grpc_port}",
+                *(["--service", "readiness"] if usage else []),
             ]
             assert liveness["tcpSocket"]["port"] in ("grpc", grpc_port)
         else:
-            # Native gRPC health checking: readiness is the overall status (only the recorder's
-            # synced leader is SERVING), liveness the always-SERVING "liveness" health service.
-            assert readiness["grpc"] == {"port": grpc_port}
+            # Native gRPC health checking: readiness is the overall status (the recorder's
+            # "readiness" service: its synced leader and a standby in contact with the Lease),
+            # liveness the always-SERVING "liveness" health service.
+            assert readiness["grpc"] == {"port": grpc_port, **(
+                {"service": "readiness"} if usage else {})}
             assert liveness["grpc"] == {"port": grpc_port, "service": "liveness"}
 
 
@@ -430,6 +440,9 @@ def test_rbac_is_exactly_the_recorders_least_privilege_set(
         ("coordination.k8s.io", "leases", "*", "create"),
         ("coordination.k8s.io", "leases", f"{IMAGE_NAME}-usage", "get"),
         ("coordination.k8s.io", "leases", f"{IMAGE_NAME}-usage", "update"),
+        # The leader label on the recorder's own pods (its Service selects the leader).
+        ("", "pods", "*", "get"),
+        ("", "pods", "*", "patch"),
     }
     bindings = [o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")]
     assert sorted((b["kind"], b["roleRef"]["kind"], b["roleRef"]["name"]) for b in bindings) == [

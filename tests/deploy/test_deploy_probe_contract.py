@@ -1,7 +1,8 @@
 """The health contract the probes in deploy/ rely on, checked against the real daemons.
 
 Each daemon runs as the manifests run it (``hami-accounting serve NAME`` with the container's
-variables, on free loopback ports). readinessProbe asks for the overall ("") status;
+variables, on free loopback ports). readinessProbe asks for the overall ("") status (the
+recorder's for its "readiness" service, which also counts a standby that can take over);
 livenessProbe asks for the "liveness" health service, which must be SERVING from start-up to
 shutdown, so a healthy standby recorder, or a daemon waiting for a dependency, is never
 restarted by the kubelet. compose and the image HEALTHCHECK run ``hami-accounting health``.
@@ -24,6 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 START_TIMEOUT_S = 30.0
 LIVENESS_SERVICE = "liveness"
+READINESS_SERVICE = "readiness"
 
 
 def free_port() -> int:
@@ -121,6 +123,11 @@ def test_daemon_is_alive_and_ready_under_its_container_settings(
     try:
         assert wait_for(daemon.addr, LIVENESS_SERVICE, daemon.process, daemon.log) == "SERVING"
         assert wait_for(daemon.addr, "", daemon.process, daemon.log) == "SERVING"
+        if name == "usage":
+            # The recorder's readinessProbe asks its "readiness" service (SERVING on a
+            # stand-alone recorder as soon as the overall status is).
+            assert wait_for(daemon.addr, READINESS_SERVICE, daemon.process,
+                            daemon.log) == "SERVING"
         # What compose's healthcheck and the image HEALTHCHECK run.
         check = subprocess.run(
             [sys.executable, "-m", "services.cli", "health", daemon.addr],

@@ -60,12 +60,12 @@ from tests.support.pods import (
     waiting,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)
 
 RELEASES = tomllib.loads((REPO / "releases.toml").read_text())
 COMMITS = {release["version"]: release["commit"] for release in RELEASES["release"]}
 HEAD = "head"
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 10.0
 CALL_TIMEOUT_S = 10.0
 CARD_MIB = 24576

@@ -1,8 +1,10 @@
 """A fake kube-apiserver for tests, speaking the real wire format over HTTP/1.1.
 
 Layer: test support; standard library only on the server side (the official client appears only
-in ``kube_client()``). It serves list, get, create, replace, delete and watch for core/v1 pods,
-nodes and resourcequotas and coordination.k8s.io/v1 leases, with one resourceVersion counter
+in ``kube_client()``). It serves list, get, create, replace, merge patch, delete and watch for
+core/v1 pods, nodes and resourcequotas, coordination.k8s.io/v1 leases and policy/v1
+poddisruptionbudgets, a list's equality ``labelSelector``, and a pod's ``eviction``
+subresource with the PodDisruptionBudget arithmetic (below), with one resourceVersion counter
 shared by every kind (as etcd has), a bounded event log, and the failure modes a watcher must
 survive: ``410 Expired`` for a resourceVersion older than the log, ``409 Conflict`` for a stale
 update, and BOOKMARK events. Watch streams are ``Transfer-Encoding: chunked``, one JSON event per
@@ -13,7 +15,19 @@ forgets the event log so that older watches get 410; ``suspend_watches()`` parks
 requests (and ends open ones) so changes can happen "while the watcher is disconnected";
 ``send_bookmarks()`` makes every bookmark-enabled watch emit the current resourceVersion;
 ``send_raw_watch_line()`` streams a line as is (a damaged event no real server sends);
+``patch()`` merge-patches one part of an object atomically (a kubelet's status);
 ``requests`` records every request for assertions.
+
+Eviction (``POST .../pods/NAME/eviction``) decides as kube-apiserver does with the budget's
+status computed at that moment, the disruption controller's part done inline: a pod is healthy
+when its ``Ready`` condition is ``True`` and it is not being deleted; expected pods are the
+budget's ``status.expectedPods`` when a test sets it (the controller reads it from the
+workload's replicas), else the pods it selects; desired healthy is ``minAvailable`` or expected
+minus ``maxUnavailable`` (integers). A healthy pod may go while healthy pods exceed desired; an
+unhealthy one while they reach it (``unhealthyPodEvictionPolicy: IfHealthyBudget``, the
+default; ``AlwaysAllow`` always). Refused: ``429 TooManyRequests``; two budgets: 500. Allowed:
+the pod gets a ``deletionTimestamp`` (graceful deletion: the test plays the kubelet, stops the
+pod's process and ``delete``s it) and the answer is 201.
 """
 
 from __future__ import annotations
@@ -62,13 +76,20 @@ _RESOURCES: dict[str, _Resource] = {
             "/apis/coordination.k8s.io/v1",
             namespaced=True,
         ),
+        _Resource(
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            "policy/v1",
+            "/apis/policy/v1",
+            namespaced=True,
+        ),
     )
 }
 
 _PATH = re.compile(
-    r"^(?P<prefix>/api/v1|/apis/coordination\.k8s\.io/v1)"
+    r"^(?P<prefix>/api/v1|/apis/coordination\.k8s\.io/v1|/apis/policy/v1)"
     r"(?:/namespaces/(?P<namespace>[^/]+))?"
-    r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?/?$"
+    r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+)(?:/(?P<subresource>[a-z]+))?)?/?$"
 )
 
 # The first resourceVersion handed out; a realistic non-zero start catches "0" mix-ups.
@@ -241,6 +262,15 @@ class FakeApiServer:
         with self._cond:
             return self._replace(resource, _namespace_of(resource, obj), _name_of(obj), body)
 
+    def patch(
+        self, kind: str, name: str, patch: Mapping[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        """Merge-patches an object (MODIFIED) atomically, as a controller writing one part of
+        it (a pod's status) does beside others writing other parts (its labels)."""
+        resource = _resource_for(kind)
+        with self._cond:
+            return self._patch(resource, _scoped(resource, namespace), name, patch)
+
     def delete(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
         """Deletes an object (DELETED) and returns its last state."""
         resource = _resource_for(kind)
@@ -402,6 +432,48 @@ class FakeApiServer:
         self._emit(resource, namespace, "MODIFIED", obj)
         return copy.deepcopy(obj)
 
+    def _patch(
+        self, resource: _Resource, namespace: str, name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        # A merge patch (RFC 7386); for the maps tests patch (labels) a strategic merge patch
+        # means the same.
+        current = self._objects[resource.plural].get((namespace, name))
+        if current is None:
+            raise ApiError(404, "NotFound", f'{resource.plural} "{name}" not found')
+        patched = _merge_patch(copy.deepcopy(current), body)
+        patched["metadata"].pop("resourceVersion", None)
+        return self._replace(resource, namespace, name, patched)
+
+    def _evict(self, namespace: str, name: str) -> tuple[int, dict[str, Any]]:
+        pods = self._objects["pods"]
+        with self._cond:
+            pod = pods.get((namespace, name))
+            if pod is None:
+                raise ApiError(404, "NotFound", f'pods "{name}" not found')
+            if pod["metadata"].get("deletionTimestamp"):
+                return 201, {**_status(201, "", ""), "status": "Success"}
+            budgets = [
+                budget
+                for (ns, _), budget in sorted(self._objects["poddisruptionbudgets"].items())
+                if ns == namespace and _selects(
+                    budget["spec"].get("selector", {}).get("matchLabels", {}), pod
+                )
+            ]
+            if len(budgets) > 1:
+                raise ApiError(500, "InternalError", "This pod has more than one "
+                               "PodDisruptionBudget, which the eviction subresource does not "
+                               "support.")
+            if budgets and not _budget_allows(budgets[0], pod, [
+                other for (ns, _), other in pods.items() if ns == namespace
+            ]):
+                raise ApiError(429, "TooManyRequests",
+                               "Cannot evict pod as it would violate the pod's disruption budget.")
+            evicted = copy.deepcopy(pod)
+            evicted["metadata"]["deletionTimestamp"] = _now_rfc3339()
+            evicted["metadata"].pop("resourceVersion", None)
+            self._replace(_RESOURCES["pods"], namespace, name, evicted)
+        return 201, {**_status(201, "", ""), "status": "Success"}
+
     def _delete(self, resource: _Resource, namespace: str, name: str) -> dict[str, Any]:
         obj = self._objects[resource.plural].pop((namespace, name), None)
         if obj is None:
@@ -459,6 +531,9 @@ class FakeApiServer:
             def do_DELETE(self) -> None:
                 fake._handle(self, "DELETE")
 
+            def do_PATCH(self) -> None:
+                fake._handle(self, "PATCH")
+
         return Handler
 
     def _handle(self, handler: BaseHTTPRequestHandler, method: str) -> None:
@@ -476,6 +551,12 @@ class FakeApiServer:
             return
         namespace = match["namespace"]
         name = match["name"]
+        subresource = match["subresource"]
+        if subresource is not None and (resource.plural, subresource, method) != (
+            "pods", "eviction", "POST"
+        ):
+            _send_json(handler, 404, _status(404, "NotFound", f"no subresource {subresource}"))
+            return
         with self._cond:
             self._requests.append(
                 RecordedRequest(method, split.path, query, resource.plural, namespace, name)
@@ -486,7 +567,13 @@ class FakeApiServer:
             if method == "GET" and name is None and query.get("watch") in ("true", "1"):
                 self._serve_watch(handler, resource, namespace, query)
                 return
-            code, payload = self._serve_plain(method, resource, namespace, name, body)
+            if subresource == "eviction":
+                assert name is not None
+                code, payload = self._evict(_scoped(resource, namespace), name)
+            else:
+                code, payload = self._serve_plain(
+                    method, resource, namespace, name, body, query.get("labelSelector", "")
+                )
         except ApiError as error:
             code, payload = error.status["code"], error.status
         _send_json(handler, code, payload)
@@ -498,11 +585,18 @@ class FakeApiServer:
         namespace: str | None,
         name: str | None,
         body: Any,
+        label_selector: str = "",
     ) -> tuple[int, dict[str, Any]]:
         scoped = _scoped(resource, namespace)
         with self._cond:
             if method == "GET" and name is None:
-                return 200, self._list(resource, namespace)
+                listed = self._list(resource, namespace)
+                if label_selector:
+                    wanted = _equality_selector(label_selector)
+                    listed["items"] = [
+                        item for item in listed["items"] if _selects(wanted, item)
+                    ]
+                return 200, listed
             if method == "GET":
                 assert name is not None
                 obj = self._objects[resource.plural].get((scoped, name))
@@ -519,6 +613,8 @@ class FakeApiServer:
                 return 201, self._create(resource, scoped, body)
             if method == "PUT" and name is not None:
                 return 200, self._replace(resource, scoped, name, body)
+            if method == "PATCH" and name is not None:
+                return 200, self._patch(resource, scoped, name, body)
             if method == "DELETE" and name is not None:
                 return 200, self._delete(resource, scoped, name)
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
@@ -619,6 +715,58 @@ class FakeApiServer:
                     "metadata": {"resourceVersion": str(bookmark_rv)},
                 }
                 _send_chunk(handler, {"type": "BOOKMARK", "object": bookmark})
+
+
+def _equality_selector(selector: str) -> dict[str, str]:
+    wanted = {}
+    for term in selector.split(","):
+        key, sep, value = term.partition("=")
+        if not sep or key.endswith("!"):
+            raise ApiError(400, "BadRequest", f"the fake serves equality selectors only: {term}")
+        wanted[key.strip()] = value.lstrip("=").strip()
+    return wanted
+
+
+def _selects(match_labels: Mapping[str, str], obj: Mapping[str, Any]) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    return all(labels.get(key) == value for key, value in match_labels.items())
+
+
+def _healthy(pod: Mapping[str, Any]) -> bool:
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _budget_allows(
+    budget: Mapping[str, Any], pod: Mapping[str, Any], pods: list[dict[str, Any]]
+) -> bool:
+    spec = budget["spec"]
+    selected = [p for p in pods if _selects(spec.get("selector", {}).get("matchLabels", {}), p)]
+    expected = int(budget.get("status", {}).get("expectedPods") or len(selected))
+    healthy = sum(1 for p in selected if _healthy(p))
+    if "minAvailable" in spec:
+        desired = int(spec["minAvailable"])
+    else:
+        desired = expected - int(spec.get("maxUnavailable", 0))
+    if _healthy(pod):
+        return healthy - desired > 0
+    if spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
+        return True
+    return healthy >= desired
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merge_patch(result.get(key), value)
+    return result
 
 
 def _namespace_of(resource: _Resource, obj: Mapping[str, Any]) -> str:

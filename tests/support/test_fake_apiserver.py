@@ -265,3 +265,93 @@ def test_stop_drops_keep_alive_connections() -> None:
     fake.stop()
     with pytest.raises(Exception, match=r"(?i)connect|refused|closed|aborted|reset|max retries"):
         api.list_node(_request_timeout=2)
+
+
+def _ready_pod(name: str, ready: bool, **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "labels": {"app": "rec", **labels}},
+        "spec": {"containers": [{"name": "main"}]},
+        "status": {"conditions": [{"type": "Ready", "status": str(ready)}]},
+    }
+
+
+def test_pods_are_merge_patched_and_listed_by_label(server: FakeApiServer) -> None:
+    api: Any = client.CoreV1Api(server.kube_client())
+    server.add("pods", _ready_pod("a", True))
+    server.add("pods", _ready_pod("b", True))
+    api.patch_namespaced_pod("a", "ns", {"metadata": {"labels": {"leader": "true"}}})
+    assert [p.metadata.name for p in api.list_namespaced_pod(
+        "ns", label_selector="leader=true").items] == ["a"]
+    api.patch_namespaced_pod("a", "ns", {"metadata": {"labels": {"leader": None}}})
+    stored = server.get("pods", "a", "ns")
+    assert stored is not None and stored["metadata"]["labels"] == {"app": "rec"}
+    assert api.list_namespaced_pod("ns", label_selector="leader=true").items == []
+    with pytest.raises(client.ApiException) as missing:
+        api.patch_namespaced_pod("nobody", "ns", {"metadata": {"labels": {"x": "y"}}})
+    assert missing.value.status == 404
+
+
+@pytest.mark.parametrize(
+    ("budget", "ready", "evicted", "allowed"),
+    [
+        ({"maxUnavailable": 1}, {"a": True, "b": False}, "a", False),
+        ({"maxUnavailable": 1}, {"a": True, "b": False}, "b", True),
+        ({"maxUnavailable": 1}, {"a": True, "b": True}, "a", True),
+        ({"maxUnavailable": 0}, {"a": True, "b": True}, "a", False),
+        ({"minAvailable": 1}, {"a": True, "b": True}, "b", True),
+        ({"minAvailable": 2}, {"a": True, "b": False}, "b", False),
+        ({"minAvailable": 2, "unhealthyPodEvictionPolicy": "AlwaysAllow"},
+         {"a": True, "b": False}, "b", True),
+    ],
+    ids=["the only ready pod", "an unready pod within budget", "one of two ready",
+         "no disruption allowed", "min available kept", "unready below budget",
+         "unready, always allowed"],
+)
+def test_eviction_follows_the_disruption_budget(
+    server: FakeApiServer, budget: dict[str, Any], ready: dict[str, bool], evicted: str,
+    allowed: bool,
+) -> None:
+    api: Any = client.CoreV1Api(server.kube_client())
+    for name, is_ready in ready.items():
+        server.add("pods", _ready_pod(name, is_ready))
+    server.add("poddisruptionbudgets", {
+        "metadata": {"name": "rec", "namespace": "ns"},
+        "spec": {"selector": {"matchLabels": {"app": "rec"}}, **budget},
+    })
+    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=evicted, namespace="ns"))
+    if allowed:
+        api.create_namespaced_pod_eviction(evicted, "ns", eviction)
+        stored = server.get("pods", evicted, "ns")
+        assert stored is not None and stored["metadata"]["deletionTimestamp"]
+    else:
+        with pytest.raises(client.ApiException) as refused:
+            api.create_namespaced_pod_eviction(evicted, "ns", eviction)
+        assert refused.value.status == 429
+        stored = server.get("pods", evicted, "ns")
+        assert stored is not None and "deletionTimestamp" not in stored["metadata"]
+
+
+def test_a_pod_being_deleted_is_not_healthy_and_expected_pods_come_from_the_status(
+    server: FakeApiServer,
+) -> None:
+    api: Any = client.CoreV1Api(server.kube_client())
+    server.add("pods", _ready_pod("a", True))
+    server.add("pods", _ready_pod("b", True))
+    server.add("poddisruptionbudgets", {
+        "metadata": {"name": "rec", "namespace": "ns"},
+        "spec": {"selector": {"matchLabels": {"app": "rec"}}, "maxUnavailable": 1},
+        "status": {"expectedPods": 2},
+    })
+
+    def evict(name: str) -> None:
+        api.create_namespaced_pod_eviction(
+            name, "ns", client.V1Eviction(metadata=client.V1ObjectMeta(name=name)))
+
+    evict("a")
+    with pytest.raises(client.ApiException) as refused:
+        evict("b")  # a is going: b is the one healthy pod left
+    assert refused.value.status == 429
+    server.delete("pods", "a", "ns")
+    with pytest.raises(client.ApiException) as still:
+        evict("b")  # two expected, one there: still no disruption allowed
+    assert still.value.status == 429

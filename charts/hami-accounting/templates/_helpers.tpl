@@ -254,18 +254,21 @@ securityContext:
 
 {{/*
 Probes of a daemon. Plaintext: the kubelet's native gRPC probes (readiness the overall status,
-SERVING on the recorder only for the synced leader; liveness the "liveness" health service).
+on the recorder its "readiness" health service: the synced leader and a standby in contact with
+the Lease, so a PodDisruptionBudget lets a drain evict the leader; liveness the "liveness"
+health service).
 With mutual TLS the kubelet cannot present a certificate: readiness runs the CLI, which reads
 the same TLS files, and liveness checks that the port accepts connections. Call with
 (list $ "usage").
 */}}
 {{- define "hami-accounting.probes" -}}
 {{- $root := index . 0 -}}
+{{- $usage := eq (index . 1) "usage" -}}
 {{- $port := include "hami-accounting.grpcPort" (index . 1) | int -}}
 {{- if $root.Values.tls.enabled -}}
 readinessProbe:
   exec:
-    command: ["hami-accounting", "health", "127.0.0.1:{{ $port }}"]
+    command: ["hami-accounting", "health", "127.0.0.1:{{ $port }}"{{ if $usage }}, "--service", "readiness"{{ end }}]
   periodSeconds: 10
   timeoutSeconds: 5
   failureThreshold: 2
@@ -280,6 +283,9 @@ livenessProbe:
 readinessProbe:
   grpc:
     port: {{ $port }}
+    {{- if $usage }}
+    service: readiness
+    {{- end }}
   periodSeconds: 5
   timeoutSeconds: 2
   failureThreshold: 2
@@ -438,6 +444,10 @@ spec:
   type: ClusterIP
   selector:
     {{- include "hami-accounting.selectorLabels" . | nindent 4 }}
+    {{- if and (eq $daemon "usage") $root.Values.usage.leaderElect }}
+    # Set by the leading, synced replica on its own pod, cleared when it stops leading.
+    accounting.hami.io/leader: "true"
+    {{- end }}
   ports:
     - name: grpc
       port: {{ include "hami-accounting.grpcPort" $daemon }}

@@ -96,6 +96,10 @@ class ServerHandle:
         for name in ("", *self.service_names):
             self._health.set(name, status)
 
+    def set_health(self, service: str, serving: bool) -> None:
+        """Sets one more health service's status (any thread), e.g. the recorder's readiness."""
+        self._health.set(service, serving_status(serving))
+
     def stop(self, grace_s: float = DEFAULT_GRACE_S) -> None:
         """Reports NOT_SERVING, lets in-flight calls finish for up to ``grace_s``, then stops."""
         with self._stop_lock:
