@@ -3,7 +3,7 @@
 Layer: accounting (pure). Every type here is a frozen dataclass or an enum; quantities are
 integers with their unit in the name (memory in MiB, cores in percent of one device, slots in
 concurrent tasks). Adapters (services/, the Kubernetes pod parser, the HAMi wire codec) build
-these values; the rules in pod.py, lifecycle.py, quota.py, fit/ and ledger.py consume them.
+these values; the rules in pod.py, lifecycle.py, quota.py, fit/ and ledger/ consume them.
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 
 from accounting.ledger import Ledger
+from accounting.ledger.tombstones import Tombstones
+from accounting.ledger.totals import UsageTotals
 from services.usage import store as store_module
 from services.usage.events import UsageEvent, WatchContent
 from services.usage.journal import Journal
@@ -78,10 +80,10 @@ class FailOnce:
 
 INJECTIONS: dict[str, Callable[[], FailOnce]] = {
     # The node's totals are updated, the namespace's not yet: the ledger is half changed.
-    "ledger totals half updated": lambda: FailOnce(Ledger, "_add_to_namespace"),
+    "ledger totals half updated": lambda: FailOnce(UsageTotals, "add_to_namespace"),
     "ledger just after the change (its overcommit check)": lambda: FailOnce(
         Ledger, "_overcommitted"),
-    "ledger just after the release (the tombstone)": lambda: FailOnce(Ledger, "_bury"),
+    "ledger just after the release (the tombstone)": lambda: FailOnce(Tombstones, "bury"),
     "building the watch events": lambda: FailOnce(store_module, "UsageEvent"),
     "the journal's encoder": lambda: FailOnce(Journal, "_apply"),
     "the journal's second statement": lambda: FailOnce(Journal, "_apply", after=1),
