@@ -38,7 +38,7 @@ from accounting.pod import device_demand
 from accounting.vendor_spec import Charge, VendorSpec
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Belief:
     """The pod as the recorder takes it, and what of the pod as sent it did not believe."""
 
@@ -84,8 +84,8 @@ def believe(
         for container in pod.containers
     )
     if not distrusted:
-        return Belief(pod)
-    return Belief(replace(pod, containers=containers), tuple(distrusted))
+        return Belief(pod=pod)
+    return Belief(pod=replace(pod, containers=containers), distrusted=tuple(distrusted))
 
 
 def _reserved(pod: Pod, stored: StoredPod) -> Belief:
@@ -111,7 +111,7 @@ def _reserved(pod: Pod, stored: StoredPod) -> Belief:
             for i, container in enumerate(pod.containers)
         ),
     )
-    return Belief(believed, tuple(distrusted))
+    return Belief(pod=believed, distrusted=tuple(distrusted))
 
 
 def _raised(

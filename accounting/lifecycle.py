@@ -60,7 +60,7 @@ class Decision(enum.Enum):
     Decided by the ledger, which keeps the tombstones; ``decide`` never returns it."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StoredPod:
     """What the ledger keeps for one pod."""
 
@@ -88,7 +88,7 @@ class StoredPod:
     annotations alone."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LifecycleDecision:
     """The outcome of one update: the next stored value and why."""
 
@@ -198,15 +198,15 @@ def _stored(
     # The node never changes once recorded: a later update without it keeps the first one.
     node_name = pod.node_name or (previous.node_name if previous else "")
     return StoredPod(
-        pod.uid,
-        pod.namespace,
-        pod.name,
-        node_name,
-        usage,
-        released,
-        terminal,
-        progress,
-        restarts,
+        uid=pod.uid,
+        namespace=pod.namespace,
+        name=pod.name,
+        node_name=node_name,
+        usage=usage,
+        init_released=released,
+        terminal=terminal,
+        init_progress=progress,
+        init_restarts=restarts,
         reserved_grants=previous.reserved_grants if previous else None,
     )
 
@@ -231,25 +231,33 @@ def decide(
     """
     if previous is not None and previous.terminal:
         return LifecycleDecision(
-            Decision.UNCHANGED, previous, "pod already reached a terminal phase"
+            decision=Decision.UNCHANGED,
+            stored=previous,
+            message="pod already reached a terminal phase",
         )
     if pod.phase.is_terminal:
         if previous is None:
             return LifecycleDecision(
-                Decision.NOT_TRACKED, None, f"pod is {pod.phase.value}: nothing to charge"
+                decision=Decision.NOT_TRACKED,
+                stored=None,
+                message=f"pod is {pod.phase.value}: nothing to charge",
             )
         return LifecycleDecision(
-            Decision.RELEASED,
-            replace(previous, usage=(), terminal=True),
-            f"pod is {pod.phase.value}: every container finished, usage released",
+            decision=Decision.RELEASED,
+            stored=replace(previous, usage=(), terminal=True),
+            message=f"pod is {pod.phase.value}: every container finished, usage released",
         )
     if not pod.has_grants:
         if previous is None:
-            return LifecycleDecision(Decision.NOT_TRACKED, None, "pod carries no device allocation")
+            return LifecycleDecision(
+                decision=Decision.NOT_TRACKED,
+                stored=None,
+                message="pod carries no device allocation",
+            )
         return LifecycleDecision(
-            Decision.UNCHANGED,
-            previous,
-            "update carries no device allocation; keeping what is stored",
+            decision=Decision.UNCHANGED,
+            stored=previous,
+            message="update carries no device allocation; keeping what is stored",
         )
 
     regular_count = sum(1 for c in pod.containers if c.container_class is ContainerClass.INIT)
@@ -272,70 +280,82 @@ def decide(
     if previous is None:
         if gate_open:
             return LifecycleDecision(
-                Decision.RECORDED_STEADY_STATE,
-                stored(regular_count, released=True),
-                "regular init containers already finished: recorded at steady state",
+                decision=Decision.RECORDED_STEADY_STATE,
+                stored=stored(regular_count, released=True),
+                message="regular init containers already finished: recorded at steady state",
             )
         note = (
             f" ({progress} of {regular_count} init containers already finished)" if progress else ""
         )
         return LifecycleDecision(
-            Decision.RECORDED,
-            stored(progress, released=False),
-            "recorded the effective usage (init-phase peak vs sidecars + apps)" + note,
+            decision=Decision.RECORDED,
+            stored=stored(progress, released=False),
+            message="recorded the effective usage (init-phase peak vs sidecars + apps)" + note,
         )
 
     rerun = progress < previous.init_progress and restarts > previous.init_restarts
     if rerun:
         return LifecycleDecision(
-            Decision.RERUN_RESTORED,
-            stored(progress, released=False),
-            "init containers are running again (re-created sandbox): init-inclusive usage restored",
+            decision=Decision.RERUN_RESTORED,
+            stored=stored(progress, released=False),
+            message=(
+                "init containers are running again (re-created sandbox): init-inclusive usage "
+                "restored"
+            ),
         )
     if restarts < previous.init_restarts:
         # Restart counts never go down: this status is older than one already seen (from before
         # a re-run), however many init containers it shows finished.
         return LifecycleDecision(
-            Decision.UNCHANGED, previous, "older status (lower init restart counts): ignored"
+            decision=Decision.UNCHANGED,
+            stored=previous,
+            message="older status (lower init restart counts): ignored",
         )
     if previous.init_released:
         # Remember higher restart counts (a re-run finished unseen), so an older status from
         # during that re-run is not mistaken for a new one.
         return LifecycleDecision(
-            Decision.UNCHANGED,
-            replace(previous, init_restarts=max(restarts, previous.init_restarts)),
-            "init share already released",
+            decision=Decision.UNCHANGED,
+            stored=replace(previous, init_restarts=max(restarts, previous.init_restarts)),
+            message="init share already released",
         )
     if gate_open:
         return LifecycleDecision(
-            Decision.SHRUNK,
-            stored(regular_count, released=True),
-            "every regular init container exited 0: shrunk to sidecars + apps",
+            decision=Decision.SHRUNK,
+            stored=stored(regular_count, released=True),
+            message="every regular init container exited 0: shrunk to sidecars + apps",
         )
     # An older status replayed never undoes what was already released.
     progress_now = max(progress, previous.init_progress)
     candidate = stored(progress_now, released=False)
     if progress_now > previous.init_progress and candidate.usage != previous.usage:
         return LifecycleDecision(
-            Decision.PARTIALLY_RELEASED,
-            candidate,
-            f"{progress_now} of {regular_count} init containers finished: released their share",
+            decision=Decision.PARTIALLY_RELEASED,
+            stored=candidate,
+            message=(
+                f"{progress_now} of {regular_count} init containers finished: released their "
+                "share"
+            ),
         )
     if candidate.usage != previous.usage:
         return LifecycleDecision(
-            Decision.UPDATED,
-            candidate,
-            "device allocation changed: recorded the new effective usage",
+            decision=Decision.UPDATED,
+            stored=candidate,
+            message="device allocation changed: recorded the new effective usage",
         )
     failed = failed_regular_init(pod)
     if failed is not None:
         return LifecycleDecision(
-            Decision.HELD,
-            candidate,
-            f"init container {failed} exited non-zero: holding the init-inclusive usage",
+            decision=Decision.HELD,
+            stored=candidate,
+            message=f"init container {failed} exited non-zero: holding the init-inclusive usage",
         )
     # `candidate` may differ from `previous` only in the progress it records.
-    return LifecycleDecision(Decision.UNCHANGED, candidate, "regular init containers still running")
+    return LifecycleDecision(
+        decision=Decision.UNCHANGED,
+        stored=candidate,
+        message="regular init containers still running",
+    )
 
 
 def init_share_held(pod: Pod, stored: StoredPod | None) -> tuple[DeviceUsage, ...]:

@@ -33,7 +33,7 @@ class QuotaReason(enum.Enum):
     COUNT_EXCEEDED = reasons.GPU_COUNT_QUOTA_EXCEEDED
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QuotaCheckItem:
     """One dimension as the check saw it."""
 
@@ -51,7 +51,7 @@ class QuotaCheckItem:
         return self.enforced and self.limit_set and self.used + self.requested > self.limit
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QuotaDecision:
     """Whether a request fits a namespace's quota, with a reason code and a sentence."""
 
@@ -80,7 +80,12 @@ def _decide(
         item = items.get(resource, QuotaItem(resource))
         limit = _compared_limit(item, factor)
         check = QuotaCheckItem(
-            resource, requested, item.used, limit, item.limit_set, dimension in enforced_dimensions
+            resource=resource,
+            requested=requested,
+            used=item.used,
+            limit=limit,
+            limit_set=item.limit_set,
+            enforced=dimension in enforced_dimensions,
         )
         checked.append(check)
         if check.exceeded and first_reason is None:
@@ -94,10 +99,10 @@ def _decide(
             if c.enforced
         )
         return QuotaDecision(
-            True,
-            QuotaReason.FITS.value,
-            f"namespace {namespace} quota fits: {summary}",
-            tuple(checked),
+            allowed=True,
+            reason=QuotaReason.FITS.value,
+            message=f"namespace {namespace} quota fits: {summary}",
+            items=tuple(checked),
         )
     exceeded = "; ".join(
         f"{c.resource}: requested {c.requested}, already used {c.used}, limit {c.limit}"
@@ -105,10 +110,10 @@ def _decide(
         if c.exceeded
     )
     return QuotaDecision(
-        False,
-        first_reason.value,
-        f"namespace {namespace} quota exceeded: {exceeded}",
-        tuple(checked),
+        allowed=False,
+        reason=first_reason.value,
+        message=f"namespace {namespace} quota exceeded: {exceeded}",
+        items=tuple(checked),
     )
 
 
@@ -160,14 +165,16 @@ def check_requests(
     denied = [d for d in checked if not d.allowed]
     if not checked:
         return QuotaDecision(
-            True, QuotaReason.NO_GPU_REQUEST.value, "pod asks for no device: nothing to check"
+            allowed=True,
+            reason=QuotaReason.NO_GPU_REQUEST.value,
+            message="pod asks for no device: nothing to check",
         )
     reported = denied or checked
     return QuotaDecision(
-        not denied,
-        reported[0].reason,
-        "; ".join(d.message for d in reported),
-        tuple(item for d in checked for item in d.items),
+        allowed=not denied,
+        reason=reported[0].reason,
+        message="; ".join(d.message for d in reported),
+        items=tuple(item for d in checked for item in d.items),
     )
 
 
@@ -187,7 +194,7 @@ def check_usage(
     return _check(namespace, request, items, vendor, enforce_gpu_count, "holds", False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QuotaRoom:
     """What a pod may still hold in its namespace, per enforced dimension (None: no limit).
 
@@ -225,9 +232,9 @@ def usage_room(
         return _compared_limit(item, factor) - item.used
 
     found = QuotaRoom(
-        room(vendor.memory_resource, vendor.memory_factor, True),
-        room(vendor.core_resource, 1, True),
-        room(vendor.count_resource, 1, enforce_gpu_count),
+        memory_mib=room(vendor.memory_resource, vendor.memory_factor, True),
+        core_percent=room(vendor.core_resource, 1, True),
+        devices=room(vendor.count_resource, 1, enforce_gpu_count),
     )
     if found.memory_mib is None and found.core_percent is None and found.devices is None:
         return None
@@ -246,9 +253,9 @@ def _check(
     """The one check of both: which dimensions are enforced, then ``_decide``."""
     if request.is_empty:
         return QuotaDecision(
-            True,
-            QuotaReason.NO_GPU_REQUEST.value,
-            f"pod {verb} no {vendor.vendor} device: nothing to check",
+            allowed=True,
+            reason=QuotaReason.NO_GPU_REQUEST.value,
+            message=f"pod {verb} no {vendor.vendor} device: nothing to check",
         )
     enforced = set() if unsized else {"memory", "cores"}
     if enforce_gpu_count:

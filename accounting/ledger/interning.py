@@ -21,17 +21,17 @@ def interned(
     Built directly rather than with dataclasses.replace: journal recovery calls this once per
     tracked pod."""
     return StoredPod(
-        stored.uid,
-        sys.intern(stored.namespace),
-        stored.name,
-        sys.intern(stored.node_name),
-        interned_usage(stored.usage) if usage is None else usage,
-        stored.init_released,
-        stored.terminal,
-        stored.init_progress,
-        stored.init_restarts,
-        revision,
-        stored.reserved_grants,
+        uid=stored.uid,
+        namespace=sys.intern(stored.namespace),
+        name=stored.name,
+        node_name=sys.intern(stored.node_name),
+        usage=interned_usage(stored.usage) if usage is None else usage,
+        init_released=stored.init_released,
+        terminal=stored.terminal,
+        init_progress=stored.init_progress,
+        init_restarts=stored.init_restarts,
+        revision=revision,
+        reserved_grants=stored.reserved_grants,
     )
 
 

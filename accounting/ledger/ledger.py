@@ -228,20 +228,24 @@ class Ledger:
         previous = self._records.by_uid.get(pod.uid)
         if previous is None and pod.uid in self._tombstones.kinds:
             return RecordOutcome(
-                Decision.FORGOTTEN,
-                f"pod {pod.uid} was forgotten (deleted) or seen finished earlier; a late or "
-                "repeated update charges nothing (Kubernetes never reuses a uid)",
-                None,
-                LedgerChange(None, None),
+                decision=Decision.FORGOTTEN,
+                message=(
+                    f"pod {pod.uid} was forgotten (deleted) or seen finished earlier; a late or "
+                    "repeated update charges nothing (Kubernetes never reuses a uid)"
+                ),
+                stored=None,
+                change=LedgerChange(None, None),
             )
         if previous is None and pod.phase.is_terminal:
             tombstone = self._tombstones.bury(pod.uid, reservable=False)
             return RecordOutcome(
-                Decision.NOT_TRACKED,
-                f"pod is {pod.phase.value}: nothing to charge, and nothing will be (remembered "
-                "like a deleted pod, so a later, staler update is ignored)",
-                None,
-                LedgerChange(None, None, tombstone),
+                decision=Decision.NOT_TRACKED,
+                message=(
+                    f"pod is {pod.phase.value}: nothing to charge, and nothing will be "
+                    "(remembered like a deleted pod, so a later, staler update is ignored)"
+                ),
+                stored=None,
+                change=LedgerChange(None, None, tombstone),
             )
         if not pod.phase.is_terminal:
             # A terminal update only releases; it must go through even if the node's inventory
@@ -258,7 +262,11 @@ class Ledger:
             self.undo(change, revision)
             raise
         return RecordOutcome(
-            decision.decision, decision.message, decision.stored, change, overcommitted
+            decision=decision.decision,
+            message=decision.message,
+            stored=decision.stored,
+            change=change,
+            overcommitted=overcommitted,
         )
 
     def _overcommitted(self, stored: StoredPod | None) -> tuple[str, ...]:
@@ -298,17 +306,25 @@ class Ledger:
         before = self._records.by_uid.get(uid)
         changed = changed_since(uid, before, replaces_revision)
         if changed is not None:
-            return ReleaseOutcome(False, ReserveReason.RESERVATION_CHANGED, changed, None)
+            return ReleaseOutcome(
+                released=False,
+                reason=ReserveReason.RESERVATION_CHANGED,
+                message=changed,
+                change=None,
+            )
         if before is None:
             return ReleaseOutcome(
-                False, Decision.NOT_TRACKED.value, f"pod {uid} has nothing stored", None
+                released=False,
+                reason=Decision.NOT_TRACKED.value,
+                message=f"pod {uid} has nothing stored",
+                change=None,
             )
         change = self._apply(before, None)
         return ReleaseOutcome(
-            True,
-            Decision.RELEASED.value,
-            f"released {describe_usage(before.usage)} on {before.node_name}",
-            change,
+            released=True,
+            reason=Decision.RELEASED.value,
+            message=f"released {describe_usage(before.usage)} on {before.node_name}",
+            change=change,
         )
 
     def undo(self, change: LedgerChange, revision: int) -> None:
@@ -388,40 +404,55 @@ class Ledger:
         previous = self._records.by_uid.get(pod.uid)
         if previous is None and self._tombstones.kinds.get(pod.uid) is False:
             return ReserveOutcome(
-                False,
-                ReserveReason.POD_FORGOTTEN,
-                f"pod {pod.uid} was deleted or seen finished: nothing is reserved for it "
-                "again (Kubernetes never reuses a uid)",
-                None,
-                None,
+                reserved=False,
+                reason=ReserveReason.POD_FORGOTTEN,
+                message=(
+                    f"pod {pod.uid} was deleted or seen finished: nothing is reserved for it "
+                    "again (Kubernetes never reuses a uid)"
+                ),
+                stored=None,
+                change=None,
             )
         if previous is not None and previous.terminal:
             return ReserveOutcome(
-                False,
-                ReserveReason.POD_FORGOTTEN,
-                f"pod {pod.uid} already finished; nothing reserved (a finished pod is never "
-                "charged again)",
-                previous,
-                None,
+                reserved=False,
+                reason=ReserveReason.POD_FORGOTTEN,
+                message=(
+                    f"pod {pod.uid} already finished; nothing reserved (a finished pod is never "
+                    "charged again)"
+                ),
+                stored=previous,
+                change=None,
             )
         if replaces_revision is not None:
             changed = changed_since(pod.uid, previous, replaces_revision)
             if changed is not None:
                 return ReserveOutcome(
-                    False, ReserveReason.RESERVATION_CHANGED, changed, previous, None
+                    reserved=False,
+                    reason=ReserveReason.RESERVATION_CHANGED,
+                    message=changed,
+                    stored=previous,
+                    change=None,
                 )
         if policy_id and policy_id != self.policy.policy_id:
             return ReserveOutcome(
-                False,
-                ReserveReason.POLICY_CHANGED,
-                f"the grants were computed under accounting policy {policy_id}; the recorder's "
-                f"is {self.policy.policy_id} ({self.policy.describe()}): nothing reserved",
-                previous,
-                None,
+                reserved=False,
+                reason=ReserveReason.POLICY_CHANGED,
+                message=(
+                    f"the grants were computed under accounting policy {policy_id}; the "
+                    f"recorder's is {self.policy.policy_id} ({self.policy.describe()}): "
+                    "nothing reserved"
+                ),
+                stored=previous,
+                change=None,
             )
         if not pod.has_grants:
             return ReserveOutcome(
-                False, ReserveReason.NO_GRANTS, "the pod has no grants to reserve", None, None
+                reserved=False,
+                reason=ReserveReason.NO_GRANTS,
+                message="the pod has no grants to reserve",
+                stored=None,
+                change=None,
             )
         inventory = self._inventory
         devices = inventory.devices.get(node_name)
@@ -453,24 +484,30 @@ class Ledger:
                 enforce_gpu_count=self.policy.enforce_gpu_count,
             )
         if refusal is not None:
-            return ReserveOutcome(False, refusal.reason, refusal.message, previous, None)
+            return ReserveOutcome(
+                reserved=False,
+                reason=refusal.reason,
+                message=refusal.message,
+                stored=previous,
+                change=None,
+            )
         stored = StoredPod(
-            pod.uid,
-            pod.namespace,
-            pod.name,
-            node_name,
-            usage,
+            uid=pod.uid,
+            namespace=pod.namespace,
+            name=pod.name,
+            node_name=node_name,
+            usage=usage,
             reserved_grants=tuple(container.grants for container in placed.containers),
         )
         # Stored under a new revision even when equal to what was there: a re-filter that
         # reserves the same placement claims it, so a rival that read the old one is refused.
         change = self._apply(previous, stored, restamp=True)
         return ReserveOutcome(
-            True,
-            ReserveReason.RESERVED,
-            f"reserved {describe_usage(usage)} on {node_name}",
-            change.after,
-            change,
+            reserved=True,
+            reason=ReserveReason.RESERVED,
+            message=f"reserved {describe_usage(usage)} on {node_name}",
+            stored=change.after,
+            change=change,
         )
 
     def register_node(self, node_name: str, devices: Sequence[Device]) -> None:

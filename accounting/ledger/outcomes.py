@@ -45,7 +45,7 @@ class LedgerChange:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RecordOutcome:
     """What RecordPod did."""
 
@@ -58,7 +58,7 @@ class RecordOutcome:
     whose capacity was handed out meanwhile: recorded anyway, because it is real)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReserveOutcome:
     """What Reserve did: reserved, or refused with a reason and nothing changed."""
 
@@ -69,7 +69,7 @@ class ReserveOutcome:
     change: LedgerChange | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReleaseOutcome:
     """What ReleaseReservation did: released, or refused with a reason and nothing changed."""
 

@@ -27,7 +27,7 @@ DEFAULT_MAX_TOMBSTONES = 100_000
 """Forgotten uids remembered (the most recent ones); see the module docstring for the bound."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TombstoneChange:
     """A tombstone written by a forget: the uid, its new kind, and what it replaced."""
 

@@ -233,7 +233,7 @@ class QuotaChecker:
             decision = (
                 self._decide(pod.namespace, effective, policy, min_usage_revision)
                 if owned.allowed
-                else QuotaDecision(False, owned.reason, owned.message)
+                else QuotaDecision(allowed=False, reason=owned.reason, message=owned.message)
             )
             verdict = "allow" if decision.allowed else "deny"
             if span.is_recording():

@@ -67,7 +67,11 @@ _RESERVED = (
     (gpu("g0", mib=20000),),
 )
 _RESERVED_STORED = StoredPod(
-    "u1", "default", "p", "node-a", (DeviceUsage("g0", "NVIDIA", 20000, 0, 1),),
+    uid="u1",
+    namespace="default",
+    name="p",
+    node_name="node-a",
+    usage=(DeviceUsage("g0", "NVIDIA", 20000, 0, 1),),
     reserved_grants=_RESERVED,
 )
 

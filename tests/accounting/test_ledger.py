@@ -124,8 +124,17 @@ _RESTORED_PODS = st.lists(
 def test_restoring_all_at_once_gives_the_totals_of_restoring_one_by_one(
     pods: list[tuple[str, str, list[DeviceUsage]]],
 ) -> None:
-    stored = [StoredPod(f"uid-{i}", namespace, f"p{i}", node, tuple(held), revision=i + 1)
-              for i, (namespace, node, held) in enumerate(pods)]
+    stored = [
+        StoredPod(
+            uid=f"uid-{i}",
+            namespace=namespace,
+            name=f"p{i}",
+            node_name=node,
+            usage=tuple(held),
+            revision=i + 1,
+        )
+        for i, (namespace, node, held) in enumerate(pods)
+    ]
     one_by_one, at_once = Ledger(_TWO_VENDORS), Ledger(_TWO_VENDORS)
     for pod in stored:
         one_by_one.restore(pod)
@@ -155,7 +164,12 @@ def test_forget_of_an_unknown_pod_changes_nothing() -> None:
 def test_restore_puts_back_an_acknowledged_value_exactly() -> None:
     ledger = _ledger()
     stored = StoredPod(
-        "uid-x", NS, "x", "node1", (usage("g0", 10240, 5, slots=1),), init_released=True
+        uid="uid-x",
+        namespace=NS,
+        name="x",
+        node_name="node1",
+        usage=(usage("g0", 10240, 5, slots=1),),
+        init_released=True,
     )
 
     ledger.restore(stored)

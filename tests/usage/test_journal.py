@@ -105,13 +105,29 @@ def failing_writes(path: Path) -> Iterator[None]:
 # -- the journal on its own --------------------------------------------------------------------
 
 TWO_DEVICE_POD = StoredPod(
-    "uid-a", NS, "a", NODE,
-    (DeviceUsage("GPU-0", "NVIDIA", 20480, 30, 2), DeviceUsage("GPU-1", "NVIDIA", 1024, 0, 1)),
-    init_released=False, init_progress=1, init_restarts=3,
+    uid="uid-a",
+    namespace=NS,
+    name="a",
+    node_name=NODE,
+    usage=(
+        DeviceUsage("GPU-0", "NVIDIA", 20480, 30, 2),
+        DeviceUsage("GPU-1", "NVIDIA", 1024, 0, 1),
+    ),
+    init_released=False,
+    init_progress=1,
+    init_restarts=3,
 )
-RELEASED_POD = StoredPod("uid-b", "team-b", "b", NODE,
-                         (DeviceUsage("GPU-0", "NVIDIA", 10240, 5, 1),), init_released=True)
-TERMINAL_POD = StoredPod("uid-c", NS, "c", "node2", (), init_released=True, terminal=True)
+RELEASED_POD = StoredPod(uid="uid-b", namespace="team-b", name="b", node_name=NODE,
+                         usage=(DeviceUsage("GPU-0", "NVIDIA", 10240, 5, 1),), init_released=True)
+TERMINAL_POD = StoredPod(
+    uid="uid-c",
+    namespace=NS,
+    name="c",
+    node_name="node2",
+    usage=(),
+    init_released=True,
+    terminal=True,
+)
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 NODE_DEVICES = (device("GPU-0", index=0), device("GPU-1", index=1, mib=81920, slots=4))
 
@@ -144,8 +160,15 @@ def test_journal_round_trips_every_kind_of_state(tmp_path: Path) -> None:
 def test_journal_replaces_and_deletes_pods(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.sqlite3")
     journal.commit([PutPod(TWO_DEVICE_POD)], 1)
-    shrunk = StoredPod("uid-a", NS, "a", NODE, (DeviceUsage("GPU-0", "NVIDIA", 10240, 5, 1),),
-                       init_released=True, init_progress=1)
+    shrunk = StoredPod(
+        uid="uid-a",
+        namespace=NS,
+        name="a",
+        node_name=NODE,
+        usage=(DeviceUsage("GPU-0", "NVIDIA", 10240, 5, 1),),
+        init_released=True,
+        init_progress=1,
+    )
     journal.commit([PutPod(shrunk)], 2)
     assert journal.load().pods == (shrunk,)
     journal.commit([DeletePod("uid-a")], 3)
@@ -184,7 +207,7 @@ def test_mig_instances_and_vendor_facts_survive_a_restart(tmp_path: Path) -> Non
     path = tmp_path / "usage.sqlite3"
     held = DeviceUsage("GPU-a", "NVIDIA", 5120, 14, 1,
                        (MigInstance("1g.5gb", MigPlacement(6, 1)),))
-    stored = StoredPod("uid-mig", NS, "mig", NODE, (held,))
+    stored = StoredPod(uid="uid-mig", namespace=NS, name="mig", node_name=NODE, usage=(held,))
     journal = Journal(path)
     journal.commit([PutNode(NODE, (MIG_CARD,)), PutPod(stored)], 1)
     journal.close()
@@ -200,7 +223,13 @@ def test_a_version_3_or_4_journal_is_read_and_stamped_version_5(
     """A version-3 or -4 file's rows are valid version-5 rows once the pods' grants column is
     added (empty): their checksums hold, nothing else changes."""
     path = tmp_path / "usage.sqlite3"
-    stored = StoredPod("uid-a", NS, "a", NODE, (DeviceUsage("g0", "NVIDIA", 1024, 10, 1),))
+    stored = StoredPod(
+        uid="uid-a",
+        namespace=NS,
+        name="a",
+        node_name=NODE,
+        usage=(DeviceUsage("g0", "NVIDIA", 1024, 10, 1),),
+    )
     journal = Journal(path)
     journal.commit([PutNode(NODE, (device("g0"),)), PutPod(stored)], 1)
     journal.close()
@@ -228,8 +257,14 @@ def test_a_reservations_grants_survive_the_journal(tmp_path: Path) -> None:
         (),
         (DeviceGrant("g0", "NVIDIA", 1024, 0), DeviceGrant("m0", "NVIDIA", 5120, 14, 1, instance)),
     )
-    stored = StoredPod("uid-r", NS, "r", NODE, (DeviceUsage("g0", "NVIDIA", 20000, 30, 2),),
-                       reserved_grants=grants)
+    stored = StoredPod(
+        uid="uid-r",
+        namespace=NS,
+        name="r",
+        node_name=NODE,
+        usage=(DeviceUsage("g0", "NVIDIA", 20000, 30, 2),),
+        reserved_grants=grants,
+    )
     journal = Journal(path)
     journal.commit([PutPod(stored)], 1)
     journal.close()
@@ -309,8 +344,8 @@ def test_loaded_pods_share_equal_usage_and_the_inventorys_uuid_strings(tmp_path:
     # Built from separate strings, as rows of separate RecordPods would be.
     uuid = "".join(["GPU-", "0"])
     journal.commit([PutNode(NODE, (device(uuid),))], 1)
-    journal.commit([PutPod(StoredPod(f"uid-{i}", NS, f"p{i}", NODE,
-                                     (DeviceUsage("GPU-0", "NVIDIA", 20480, 30, 2),)))
+    journal.commit([PutPod(StoredPod(uid=f"uid-{i}", namespace=NS, name=f"p{i}", node_name=NODE,
+                                     usage=(DeviceUsage("GPU-0", "NVIDIA", 20480, 30, 2),)))
                     for i in range(3)], 2)
     journal.close()
 
@@ -408,8 +443,21 @@ def test_a_version_1_journal_is_migrated_in_place_and_keeps_its_state(
     store = recovered(path)
 
     usage_a = (DeviceUsage("GPU-0", "NVIDIA", 20480, 30, 2),)
-    expected = (StoredPod("uid-a", NS, "a", NODE, usage_a, init_progress=1, init_restarts=3)
-                if later_pods else StoredPod("uid-a", NS, "a", NODE, usage_a, init_released=True))
+    expected = (
+        StoredPod(
+            uid="uid-a",
+            namespace=NS,
+            name="a",
+            node_name=NODE,
+            usage=usage_a,
+            init_progress=1,
+            init_restarts=3,
+        )
+        if later_pods
+        else StoredPod(
+            uid="uid-a", namespace=NS, name="a", node_name=NODE, usage=usage_a, init_released=True
+        )
+    )
     assert store.pods() == (expected,)
     assert store.revision == 41
     (node,), _ = store.node_usage([NODE])
@@ -602,10 +650,18 @@ def test_recovery_of_100k_pods(tmp_path: Path, capsys: pytest.CaptureFixture[str
     ]
     ops += [PutQuota(f"ns{i}", {MEMORY: 10**9}) for i in range(100)]
     ops += [
-        PutPod(StoredPod(f"uid-{i:06d}", f"ns{i % 100}", f"pod-{i}", f"node{i % 1000}",
-                         (DeviceUsage(f"GPU-{i % 1000}-{i % 8}", "NVIDIA", 1024 * (1 + i % 4),
-                                      10, 1),),
-                         init_released=bool(i % 2)))
+        PutPod(
+            StoredPod(
+                uid=f"uid-{i:06d}",
+                namespace=f"ns{i % 100}",
+                name=f"pod-{i}",
+                node_name=f"node{i % 1000}",
+                usage=(
+                    DeviceUsage(f"GPU-{i % 1000}-{i % 8}", "NVIDIA", 1024 * (1 + i % 4), 10, 1),
+                ),
+                init_released=bool(i % 2),
+            )
+        )
         for i in range(100_000)
     ]
     journal.commit(ops, 250_000)

@@ -118,8 +118,8 @@ hami_gpu_core_allocated_ratio{device_index="0",device_type="AMDGPU",device_uuid=
 GPUDeviceCoreAllocated{deviceidx="0",devicetype="AMDGPU",deviceuuid="AMD-1",nodeid="node-1"} 32
 """)  # noqa: E501  # HAMi's expected lines, as written in its test
     assert only(found, "hami_gpu_core_allocated_ratio", "GPUDeviceCoreAllocated") == want
-    stored = StoredPod("uid-amd", "default", "amd-pod", "node-1",
-                       (DeviceUsage("AMD-1", "AMD", 96000, 32, 1),))
+    stored = StoredPod(uid="uid-amd", namespace="default", name="amd-pod", node_name="node-1",
+                       usage=(DeviceUsage("AMD-1", "AMD", 96000, 32, 1),))
     found = samples(pod_text(stored, {"AMD-1": card}, legacy=True))
     want = hami("""
 hami_vgpu_core_allocated_ratio{container_index="0",device_uuid="AMD-1",namespace="default",node="node-1",pod="amd-pod"} 50

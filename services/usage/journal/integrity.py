@@ -351,9 +351,19 @@ class _RowReader:
             pods.append(
                 # A row from before revisions (0) reads as 1: never 0 (nothing stored), and
                 # never a revision a later change can take.
-                StoredPod(uid, intern(namespace), name, intern(node_name), usage,
-                          bool(released), bool(terminal), progress, restarts, row_revision or 1,
-                          grants)
+                StoredPod(
+                    uid=uid,
+                    namespace=intern(namespace),
+                    name=name,
+                    node_name=intern(node_name),
+                    usage=usage,
+                    init_released=bool(released),
+                    terminal=bool(terminal),
+                    init_progress=progress,
+                    init_restarts=restarts,
+                    revision=row_revision or 1,
+                    reserved_grants=grants,
+                )
             )
             if traceparent:
                 traceparents[uid] = traceparent
