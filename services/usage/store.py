@@ -16,11 +16,16 @@ event (the namespace's and node's state after it, only the parts some watcher as
 appends it to the hub's log, which never waits for a watcher (the events are built by
 services/usage/store_events.py). Encoding and sending happen on the hub's event loop, after the
 lock is released. The state the recorder starts from is services/usage/recovery.py's, the
-store's metrics services/usage/store_metrics.py's.
+store's metrics services/usage/store_metrics.py's; what a write accepts is checked before the
+lock by services/usage/store_input.py, and what a pod write tells the operator (span attributes,
+log lines) is services/usage/store_telemetry.py's.
 
-Why one piece past 600 lines: every write and every read of the ledger takes the one lock this
-class holds, and each write path is the same walk (apply, commit, publish, or undo); split, the
-lock and the undo would have to be handed between modules.
+Why one piece past 600 lines: what is left is one job, the lock and what is done under it. Every
+write and every read of the ledger takes the one lock this class holds, and each write path
+(record, forget, reserve, release, a node registered or forgotten, a quota set) is the same walk
+(apply, commit, publish, or undo) with its own undo; split, the lock and the undo would have to
+be handed between modules, and a reader could no longer see in one file that nothing reads the
+ledger without it.
 """
 
 from __future__ import annotations
@@ -34,26 +39,21 @@ from dataclasses import dataclass
 from opentelemetry import trace
 
 from accounting.believed_grants import believe
-from accounting.errors import InvalidInputError, Violations
+from accounting.errors import InvalidInputError
 from accounting.ledger import (
     Ledger,
     LedgerChange,
     RecordOutcome,
     ReleaseOutcome,
     ReserveOutcome,
-    ReserveReason,
 )
 from accounting.lifecycle import Decision, StoredPod
-from accounting.limits import MAX_QUOTA_LIMIT
 from accounting.model import (
-    TRACEPARENT_ANNOTATION,
     Device,
     Pod,
     QuotaItem,
 )
 from accounting.policy import AccountingPolicy
-from accounting.quota import quota_items_from_limits, quota_keys
-from accounting.validate import validate_devices
 from services.common import telemetry
 from services.common.errors import DependencyUnavailableError
 from services.usage import metrics as usage_metrics
@@ -80,7 +80,15 @@ from services.usage.store_events import (
     node_snapshot,
     pod_change_events,
 )
+from services.usage.store_input import checked_inventory, checked_limits
 from services.usage.store_metrics import StoreMetrics
+from services.usage.store_telemetry import (
+    log_refused_for_deleted,
+    pod_traceparent,
+    tell_forgotten,
+    tell_recorded,
+    tell_reserved,
+)
 from services.usage.watch_hub import InitialState, WatchHub, WatchStream
 
 _LOG = logging.getLogger(__name__)
@@ -221,41 +229,12 @@ class UsageStore:
                 )
                 outcome = ledger.record(belief.pod)
                 if outcome.change.changed or outcome.change.tombstone is not None:
-                    self._commit_pod_change(outcome.change, revision, _traceparent(pod))
+                    self._commit_pod_change(outcome.change, revision, pod_traceparent(pod))
                 self._pod_facts.note(
                     belief.pod, ledger.pod(pod.uid), decision=outcome.decision,
                     before=outcome.change.before,
                 )
-            if belief.distrusted:
-                telemetry.set_attributes(span, {"distrusted": list(belief.distrusted)})
-                _LOG.warning(
-                    "pod %s: allocation not taken as sent", pod.key,
-                    extra={"pod_uid": pod.uid, "distrusted": list(belief.distrusted),
-                           "decision": outcome.decision.value},
-                )
-            # Building the attributes costs on every call; a no-op span drops them anyway.
-            if span.is_recording():
-                if outcome.decision in (Decision.SHRUNK, Decision.PARTIALLY_RELEASED):
-                    span.update_name("usage.shrink")
-                elif outcome.decision is Decision.RELEASED:
-                    span.update_name("usage.release")
-                telemetry.set_attributes(
-                    span,
-                    {
-                        "decision": outcome.decision,
-                        "message": outcome.message,
-                        **_stored_attributes(outcome.stored),
-                    },
-                )
-            if outcome.overcommitted:
-                # An init re-run reclaimed capacity handed out meanwhile: recorded because it is
-                # real, but an operator must know the devices are oversubscribed.
-                telemetry.set_attributes(span, {"overcommitted": list(outcome.overcommitted)})
-                _LOG.warning(
-                    "devices overcommitted after recording pod %s", pod.key,
-                    extra={"pod_uid": pod.uid, "devices": list(outcome.overcommitted),
-                           "decision": outcome.decision.value},
-                )
+            tell_recorded(span, pod, belief, outcome)
         self._metrics.count_decision("record", outcome.decision.value)
         return outcome
 
@@ -285,18 +264,7 @@ class UsageStore:
                     self._commit_pod_change(change, revision)
                 self._pod_facts.forget(pod_uid)
             released = change.before
-            if released is not None:
-                telemetry.set_attributes(
-                    span,
-                    {
-                        telemetry.ATTR_POD_NAMESPACE: released.namespace,
-                        telemetry.ATTR_POD_NAME: released.name,
-                        "decision": "Forgotten",
-                        **_stored_attributes(released),
-                    },
-                )
-            else:
-                telemetry.set_attributes(span, {"decision": Decision.NOT_TRACKED})
+            tell_forgotten(span, released)
         self._metrics.count_decision(
             "forget", "Forgotten" if released is not None else Decision.NOT_TRACKED.value
         )
@@ -330,21 +298,11 @@ class UsageStore:
                     pod, node_name, policy_id=policy_id, replaces_revision=replaces_revision
                 )
                 if outcome.change is not None and outcome.change.changed:
-                    self._commit_pod_change(outcome.change, revision, _traceparent(pod))
+                    self._commit_pod_change(outcome.change, revision, pod_traceparent(pod))
                 if outcome.reserved:
                     self._pod_facts.note(pod, self._ledger.pod(pod.uid))
-            telemetry.set_attributes(
-                span,
-                {
-                    "decision": "reserved" if outcome.reserved else "refused",
-                    "reason": outcome.reason,
-                    **(_stored_attributes(outcome.stored) if outcome.reserved else {}),
-                },
-            )
-        if outcome.reason == ReserveReason.POD_FORGOTTEN:
-            _LOG.info(
-                "refused to reserve for deleted pod %s", pod.key, extra={"pod_uid": pod.uid}
-            )
+            tell_reserved(span, outcome)
+        log_refused_for_deleted(pod, outcome)
         self._metrics.count_decision("reserve" if outcome.reserved else "refuse", outcome.reason)
         return outcome
 
@@ -418,15 +376,7 @@ class UsageStore:
             InvalidInputError: no name, or a bad inventory (duplicate UUIDs, negative totals).
             DependencyUnavailableError: the journal write failed; nothing changed.
         """
-        devices = tuple(devices)
-        found = Violations()
-        if not node_name:
-            found.add("node_name", "must not be empty")
-        try:
-            validate_devices(devices, "devices")
-        except InvalidInputError as error:
-            found.extend(error)
-        found.raise_if_any()
+        devices = checked_inventory(node_name, devices)
         with self._lock:
             previous = self._ledger.node_devices(node_name)
             if previous != devices:
@@ -486,21 +436,7 @@ class UsageStore:
                 0..``MAX_QUOTA_LIMIT``, each named.
             DependencyUnavailableError: the journal write failed; nothing changed.
         """
-        found = Violations()
-        if not namespace:
-            found.add("namespace", "must not be empty")
-        by_resource = quota_items_from_limits(limits, self.policy.vendors)
-        if len(by_resource) != len(limits):
-            known = tuple(quota_keys(self.policy.vendors))
-            for key in sorted(limits):
-                if key not in known:
-                    found.add(f"limits[{key!r}]", f"unknown quota key; expected one of {known}")
-        for key, value in sorted(limits.items()):
-            if not 0 <= value <= MAX_QUOTA_LIMIT:
-                found.add(
-                    f"limits[{key!r}]", f"must be between 0 and {MAX_QUOTA_LIMIT}, got {value}"
-                )
-        found.raise_if_any()
+        by_resource = checked_limits(namespace, limits, self.policy.vendors)
         with self._lock:
             previous = self._ledger.limits(namespace)
             if previous != by_resource:
@@ -756,19 +692,3 @@ def _changed_uid(change: LedgerChange) -> str:
     # A forget of an untracked uid: only its tombstone was written.
     return change.tombstone.uid if change.tombstone is not None else ""
 
-
-def _traceparent(pod: Pod) -> str:
-    return pod.annotations.get(TRACEPARENT_ANNOTATION, "")
-
-
-def _stored_attributes(stored: StoredPod | None) -> dict[str, object]:
-    if stored is None:
-        return {"tracked": False}
-    return {
-        "tracked": True,
-        "stored.memory_mib": sum(u.memory_mib for u in stored.usage),
-        "stored.core_percent": sum(u.core_percent for u in stored.usage),
-        "stored.devices": len(stored.usage),
-        "init_released": stored.init_released,
-        "init_progress": stored.init_progress,
-    }
