@@ -82,15 +82,7 @@ class ShapeQueue:
             node_policy = node_policy_for(pod, node_policy)
         else:
             node_policy = plan.node_policy
-            asks = tuple(
-                DeviceDemand(
-                    count=ask.count,
-                    memory_mib=ask.memory_mib,
-                    memory_percent=ask.memory_percent,
-                    core_percent=ask.core_percent,
-                )
-                for ask in plan.asks
-            )
+            asks = tuple(ask.demand for ask in plan.asks)
         need = ZERO
         for demand in asks:
             # On a card of no memory a share is nothing: the least the device takes anywhere.
