@@ -47,6 +47,15 @@ get is 276 (a 253-character name, ``-enflame-drs-`` and a 10-digit index). Every
 and sent in every watch event of its node, so a longer one only costs every reader."""
 MAX_NODE_NAME_CHARS = 253
 """A Kubernetes node name is a DNS subdomain: at most 253 characters."""
+MAX_NAMESPACE_CHARS = 63
+"""A Kubernetes namespace is a DNS label: at most 63 characters. Every namespace is stored, kept
+with its limits and sent in every watch event of its usage, so a longer one only costs every
+reader."""
+MAX_POD_NAME_CHARS = 253
+"""A pod's name is a DNS subdomain: at most 253 characters."""
+MAX_POD_UID_CHARS = MAX_NODE_NAME_CHARS
+"""A pod's uid: Kubernetes writes a 36-character UUID; callers that make their own (tests,
+HAMi's Go components replaying a pod) get as much room as a name."""
 MAX_MIG_SLICES = 8
 """Memory slices of a MIG-mode card: NVIDIA's cards have at most eight (A100, H100; A30 has
 four), and NVML's possible placements, which the device plugin registers, lie inside them."""

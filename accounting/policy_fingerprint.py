@@ -21,11 +21,19 @@ import dataclasses
 import enum
 import hashlib
 import json
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from accounting.policy import AccountingPolicy
+
+class FingerprintedPolicy(Protocol):
+    """What the fingerprint reads of an ``accounting.policy.AccountingPolicy`` (a dataclass): its
+    fields, and its vendors' whole table entries. Named here so this module, which the policy
+    imports to compute its own id, imports nothing of the policy back."""
+
+    @property
+    def specs(self) -> Sequence[object]:
+        """The vendor table entry of each configured vendor."""
+        ...
 
 FINGERPRINTED_AT_V0_2_0: Mapping[str, frozenset[str]] = {
     "AccountingPolicy": frozenset({"vendors", "enforce_gpu_count"}),
@@ -64,7 +72,7 @@ _NOT_FINGERPRINTED = frozenset({"policy_id"})
 
 
 def policy_fingerprint(
-    policy: AccountingPolicy,
+    policy: FingerprintedPolicy,
     *,
     counted: Mapping[str, frozenset[str]] = FINGERPRINTED_AT_V0_2_0,
 ) -> str:

@@ -29,6 +29,9 @@ from accounting.limits import (
     MAX_GRANT_SLOTS,
     MAX_GRANTS_PER_CONTAINER,
     MAX_MIG_SLICES,
+    MAX_NAMESPACE_CHARS,
+    MAX_POD_NAME_CHARS,
+    MAX_POD_UID_CHARS,
     MAX_REQUESTS_PER_CONTAINER,
     MAX_STATUSES,
 )
@@ -135,12 +138,25 @@ def validate_devices(devices: Sequence[Device], path: str = "devices") -> None:
     found.raise_if_any()
 
 
+def check_namespace(found: Violations, path: str, namespace: str) -> None:
+    """Adds a problem of a namespace to ``found``: empty, or longer than a DNS label."""
+    if not namespace:
+        found.add(path, "must not be empty")
+    elif len(namespace) > MAX_NAMESPACE_CHARS:
+        found.add(path, f"at most {MAX_NAMESPACE_CHARS} characters (a Kubernetes namespace is "
+                        f"a DNS label), got {len(namespace)}")
+
+
 def check_pod(found: Violations, pod: Pod, path: str) -> None:
     """Adds every problem of ``pod`` to ``found``; for callers that merge other violations."""
     if not pod.uid:
         found.add(f"{path}.uid", "must not be empty")
-    if not pod.namespace:
-        found.add(f"{path}.namespace", "must not be empty")
+    elif len(pod.uid) > MAX_POD_UID_CHARS:
+        found.add(f"{path}.uid", f"at most {MAX_POD_UID_CHARS} characters, got {len(pod.uid)}")
+    check_namespace(found, f"{path}.namespace", pod.namespace)
+    if len(pod.name) > MAX_POD_NAME_CHARS:
+        found.add(f"{path}.name", f"at most {MAX_POD_NAME_CHARS} characters (a pod's name is a "
+                                  f"DNS subdomain), got {len(pod.name)}")
     check_annotations(found, pod.annotations, f"{path}.annotations")
     if len(pod.containers) > MAX_CONTAINERS:
         found.add(

@@ -14,7 +14,7 @@ from accounting.errors import InvalidInputError, Violations
 from accounting.limits import MAX_QUOTA_LIMIT
 from accounting.model import Device
 from accounting.quota import quota_items_from_limits, quota_keys
-from accounting.validate import validate_devices
+from accounting.validate import check_namespace, validate_devices
 from accounting.vendors import VendorResources
 
 
@@ -47,8 +47,7 @@ def checked_limits(
             0..``MAX_QUOTA_LIMIT``, each named.
     """
     found = Violations()
-    if not namespace:
-        found.add("namespace", "must not be empty")
+    check_namespace(found, "namespace", namespace)
     by_resource = quota_items_from_limits(limits, vendors)
     if len(by_resource) != len(limits):
         known = tuple(quota_keys(vendors))

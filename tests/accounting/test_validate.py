@@ -75,6 +75,15 @@ BAD_POD_CASES = [
         ["pod.uid: must not be empty", "pod.namespace: must not be empty"],
     ),
     BadPodCase(
+        "a namespace longer than a DNS label, a name and a uid longer than a DNS subdomain",
+        replace(good_pod(), uid="u" * 254, namespace="n" * 64, name="p" * 254),
+        [
+            "pod.uid: at most 253 characters, got 254",
+            "pod.namespace: at most 63 characters (a Kubernetes namespace is a DNS label), got 64",
+            "pod.name: at most 253 characters (a pod's name is a DNS subdomain), got 254",
+        ],
+    ),
+    BadPodCase(
         "negative grant memory",
         with_container(good_pod(), 0, grants=(DeviceGrant("GPU-0", "NVIDIA", -5, 10),)),
         ["pod.containers[0].grants[0].memory_mib: must be between 0 and 2147483647, got -5"],
