@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from types import MappingProxyType
 
 from accounting.amount import Amount
@@ -304,6 +304,7 @@ class QuotaItem:
 
     resource: str
     """nvidia.com/gpumem (MiB), nvidia.com/gpucores (percent) or nvidia.com/gpu (devices)."""
+    _: KW_ONLY  # three integers side by side: each is named where an item is made
     used: int = 0
     limit: int = 0
     limit_set: bool = False

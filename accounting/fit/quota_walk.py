@@ -34,7 +34,9 @@ class QuotaContext:
                 item = items.get(resource)
                 if item is not None:
                     used = max(item.used - quantity, 0)
-                    items[resource] = QuotaItem(resource, used, item.limit, item.limit_set)
+                    items[resource] = QuotaItem(
+                        resource, used=used, limit=item.limit, limit_set=item.limit_set
+                    )
         return QuotaContext(items, self.enforce_gpu_count)
 
 

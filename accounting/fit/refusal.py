@@ -11,49 +11,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from accounting.amount import Amount
+from accounting.card_capacity import card_refusal
 from accounting.container_ask import ContainerAsk
 from accounting.fit.node_state import _NodeColumns
 from accounting.fit.quota_walk import _QuotaWalk
-from accounting.pod import EXCLUSIVE_CORE_PERCENT
 from accounting.reasons import (
     ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
-    CARD_CAPACITY_REASON,
-    CARD_COMPUTE_UNITS_EXHAUSTED,
     CARD_TIME_SLICING_EXHAUSTED,
-    EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
     RESOURCE_QUOTA_NOT_FIT,
-    card_shortfall,
     format_reasons,
 )
 
 
 def card_capacity_refusal(ask: ContainerAsk, used: Amount, capacity: Amount) -> str | None:
-    """The first capacity rule that refuses one card for one container's ask, or None: its
-    memory (a share sized on this card), cores and slot against what is left
-    (``capacity - used``), then the exclusive rule (every core asked of a 100-core card with a
-    task on it) and the share-only rule (no cores asked of a card whose compute is all given
-    away). The generic fit's rules of one card's capacity; the vendors' own rules have theirs
-    (``accounting.vendor_fit``).
+    """The first capacity rule that refuses one card for one container's ask, or None: the
+    card's rules (``accounting.card_capacity.card_refusal``) for one of the ask's devices sized
+    on this card.
 
     Args:
         ask: the container's ask for the card's vendor (``accounting.container_ask``).
         used: what is charged on the card now.
         capacity: the card's capacity (``Device.capacity``).
     """
-    short = card_shortfall(ask.demand.on_card(capacity.memory_mib), capacity - used)
-    if short is not None:
-        return CARD_CAPACITY_REASON[short]
-    cores = ask.core_percent
-    if (
-        cores == EXCLUSIVE_CORE_PERCENT
-        and capacity.core_percent == EXCLUSIVE_CORE_PERCENT
-        and used.slots
-    ):
-        return EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
-    if cores == 0 and capacity.core_percent != 0 and used.core_percent == capacity.core_percent:
-        # A share-only task would land on a card whose compute is fully given away.
-        return CARD_COMPUTE_UNITS_EXHAUSTED
-    return None
+    return card_refusal(ask.demand.on_card(capacity.memory_mib), used, capacity)
 
 
 def _walk_reasons(

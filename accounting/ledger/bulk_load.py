@@ -14,7 +14,7 @@ from accounting.amount import Amount
 from accounting.ledger.interning import interned as interned_pod
 from accounting.ledger.interning import interned_usage
 from accounting.ledger.records import PodRecords
-from accounting.ledger.totals import UsageTotals
+from accounting.ledger.totals import UsageTotals, add_device_usage
 from accounting.lifecycle import StoredPod
 from accounting.model import DeviceUsage
 from accounting.vendors import VendorResources
@@ -81,14 +81,8 @@ def load_pods(
         by_vendor = vendor_sums.get(stored.namespace)
         if by_vendor is None:
             by_vendor = vendor_sums[stored.namespace] = {}
+        add_device_usage(node, stored.usage)
         for entry in stored.usage:
-            vector = node.get(entry.uuid)
-            if vector is None:
-                node[entry.uuid] = [entry.memory_mib, entry.core_percent, entry.slots]
-            else:
-                vector[0] += entry.memory_mib
-                vector[1] += entry.core_percent
-                vector[2] += entry.slots
             held = by_vendor.get(entry.vendor)
             if held is None:
                 by_vendor[entry.vendor] = [entry.memory_mib, entry.core_percent, 1]

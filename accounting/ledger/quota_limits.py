@@ -43,7 +43,10 @@ def namespace_items(used: Mapping[str, int], limits: Mapping[str, int]) -> dict[
     """resource -> QuotaItem for every resource with usage or a limit, sorted by resource."""
     return {
         resource: QuotaItem(
-            resource, used.get(resource, 0), limits.get(resource, 0), resource in limits
+            resource,
+            used=used.get(resource, 0),
+            limit=limits.get(resource, 0),
+            limit_set=resource in limits,
         )
         for resource in sorted(set(used) | set(limits))
     }

@@ -142,7 +142,10 @@ def quota_refusal(
                 if resource in items:
                     item = items[resource]
                     items[resource] = QuotaItem(
-                        resource, item.used - quantity, item.limit, item.limit_set
+                        resource,
+                        used=item.used - quantity,
+                        limit=item.limit,
+                        limit_set=item.limit_set,
                     )
     for vendor in vendors:
         decision = check_usage(

@@ -19,6 +19,20 @@ from accounting.quota import held_quantities
 from accounting.vendors import VendorResources
 
 
+def add_device_usage(sums: dict[str, list[int]], usage: Iterable[DeviceUsage]) -> None:
+    """Adds each entry of ``usage`` into ``sums`` (device UUID -> [memory MiB, core percent,
+    slots]): what a node's devices are charged is the sum of its stored pods' usage. Plain
+    integer lists, for the passes that sum many pods at once (recovery, a metrics scrape)."""
+    for entry in usage:
+        total = sums.get(entry.uuid)
+        if total is None:
+            sums[entry.uuid] = [entry.memory_mib, entry.core_percent, entry.slots]
+        else:
+            total[0] += entry.memory_mib
+            total[1] += entry.core_percent
+            total[2] += entry.slots
+
+
 class UsageTotals:
     """Per node and device, per node and MIG card, and per namespace, what the pods hold."""
 

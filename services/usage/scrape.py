@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import operator
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from accounting.ledger.totals import add_device_usage
 from accounting.lifecycle import StoredPod
 from accounting.mig import MigAllocation
-from accounting.model import Device, DeviceUsage
+from accounting.model import Device
 from accounting.policy import AccountingPolicy
 from services.usage import hami_metrics
 from services.usage.exposition import family, label_set
@@ -166,9 +167,9 @@ class RecorderScrape:
         instances: dict[str, list[MigAllocation]] = {}
         for stored, pod_facts in zip(members[::2], members[1::2], strict=True):
             assert isinstance(stored, StoredPod)
-            _add_usage(charges, stored.usage)
+            add_device_usage(charges, stored.usage)
             if isinstance(pod_facts, PodFacts):
-                _add_usage(held, pod_facts.init_share)
+                add_device_usage(held, pod_facts.init_share)
                 for instance in pod_facts.mig_instances:
                     instances.setdefault(instance.gpu_uuid, []).append(instance)
         used = tuple(
@@ -212,19 +213,6 @@ class RecorderScrape:
                     limit = item.limit * factor if factor > 1 else item.limit
                     limits.append(f"{QUOTA_LIMIT[0]}{labels} {limit}\n")
         return [family(*QUOTA_USED, used), family(*QUOTA_LIMIT, limits)]
-
-
-def _add_usage(totals: dict[str, list[int]], usage: Iterable[DeviceUsage]) -> None:
-    """Adds per-device usage into ``totals`` (device UUID -> [memory MiB, core percent,
-    slots]): a node's charges are the sum of its stored pods', as in the ledger."""
-    for entry in usage:
-        total = totals.get(entry.uuid)
-        if total is None:
-            totals[entry.uuid] = [entry.memory_mib, entry.core_percent, entry.slots]
-        else:
-            total[0] += entry.memory_mib
-            total[1] += entry.core_percent
-            total[2] += entry.slots
 
 
 def _held_lines(

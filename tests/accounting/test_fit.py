@@ -54,7 +54,11 @@ def node(*devices: DeviceState, name: str = "node1") -> NodeState:
 
 def memory_quota(limit_mib: int, used_mib: int = 0) -> QuotaContext:
     return QuotaContext(
-        {"nvidia.com/gpumem": QuotaItem("nvidia.com/gpumem", used_mib, limit_mib, True)}
+        {
+            "nvidia.com/gpumem": QuotaItem(
+                "nvidia.com/gpumem", used=used_mib, limit=limit_mib, limit_set=True
+            )
+        }
     )
 
 

@@ -129,7 +129,7 @@ def _quota(
         ("nvidia.com/gpu", 1, count_limit),
     ):
         if limit is not None:
-            items[resource] = QuotaItem(resource, used, limit, True)
+            items[resource] = QuotaItem(resource, used=used, limit=limit, limit_set=True)
     return QuotaContext(items, enforce_gpu_count=enforce)
 
 

@@ -26,7 +26,10 @@ def quota_context(case: HamiCase) -> QuotaContext | None:
         return None
     items = quota_items_from_limits(case.quota, (NVIDIA_RESOURCES,))
     return QuotaContext(
-        {resource: QuotaItem(resource, 0, limit, True) for resource, limit in items.items()}
+        {
+            resource: QuotaItem(resource, used=0, limit=limit, limit_set=True)
+            for resource, limit in items.items()
+        }
     )
 
 

@@ -160,7 +160,9 @@ def _quota(memory: int | None, cores: int | None, count: int | None, enforce: bo
         ("nvidia.com/gpu", count),
     ):
         if limit is not None:
-            items[resource] = QuotaItem(resource, used if "mem" in resource else 0, limit, True)
+            items[resource] = QuotaItem(
+                resource, used=used if "mem" in resource else 0, limit=limit, limit_set=True
+            )
     return QuotaContext(items, enforce_gpu_count=enforce)
 
 

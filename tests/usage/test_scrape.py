@@ -170,8 +170,8 @@ def test_hami_memory_ratio_only_for_a_card_with_memory(
 
 def test_hami_quota_metrics() -> None:
     """TestClusterManagerCollectorQuotaMetrics, both of its cases (legacy off and on)."""
-    items = (QuotaItem("nvidia.com/gpucores", 50, 100, True),
-             QuotaItem("nvidia.com/gpumem", 4096, 8192, True))
+    items = (QuotaItem("nvidia.com/gpucores", used=50, limit=100, limit_set=True),
+             QuotaItem("nvidia.com/gpumem", used=4096, limit=8192, limit_set=True))
     new = """
 hami_resource_quota_limit{namespace="team-a",quota_name="nvidia.com/gpucores"} 100
 hami_resource_quota_limit{namespace="team-a",quota_name="nvidia.com/gpumem"} 8192
@@ -189,7 +189,7 @@ QuotaUsed{limit="8192",quotaName="nvidia.com/gpumem",quotanamespace="team-a"} 40
 def test_hami_quota_unconfigured_limit() -> None:
     """TestClusterManagerCollectorQuotaUnconfiguredLimit: usage without a limit writes the
     used series with limit "0" and no limit series."""
-    items = (QuotaItem("nvidia.com/gpumem", 1024, 0, False),)
+    items = (QuotaItem("nvidia.com/gpumem", used=1024, limit=0, limit_set=False),)
     assert samples(quota_text("team-b", items, legacy=False)) == hami(
         'hami_resource_quota_used{limit="0",namespace="team-b",quota_name="nvidia.com/gpumem"}'
         " 1024\n"

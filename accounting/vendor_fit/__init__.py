@@ -1,0 +1,61 @@
+"""HAMi's per-device fit, written out for the devices the generic path does not cover.
+
+Layer: accounting (pure). ``accounting.fit`` places most pods with its generic loop (memory,
+cores, slots). A vendor whose entry in the vendor table names a rule, or an NVIDIA node with a
+card in a mode other than hami-core or mps (MIG), is placed here instead, by a readable copy of
+HAMi's ``Fit`` walk (``pkg/device/<vendor>/device.go``) with each vendor's own steps:
+
+* the walk visits the vendor's devices in the fit's order and counts, per device visited, the
+  first reason that stops it: ``CardNotHealth``, ``CardTypeMismatch`` (another model or sharing
+  mode by the pod's annotations; ``CardModeUnsupported`` for a mode we do not model),
+  ``CardUuidMismatch``, ``ExclusiveDeviceAllocateConflict`` (a used device where the vendor takes
+  devices whole), ``CardTimeSlicingExhausted``, ``CardInsufficientMemory``,
+  ``CardInsufficientCore``, ``ExclusiveDeviceAllocateConflict`` (every core asked of a used
+  card), ``CardComputeUnitsExhausted``, then the vendor's own: ``CardMigTopologyInfeasible``,
+  ``CardNotFoundCustomFilterRule``; too few devices passing is
+  ``AllocatedCardsInsufficientRequest`` (counting those that did);
+* **MIG** (NVIDIA, a card in ``mig`` mode): the request is fitted to an instance of the card's
+  profiles (``accounting.mig.choose_instance``) and charged the instance; a container asking
+  for several devices may get several instances of one card (HAMi visits a MIG card again);
+* **whole devices** (Metax GPU, Enflame GCU, Kunlun, Vastai, Biren) and **one device per pod**
+  (Metax GPU, Moore Threads); **compute units** (AMD: percent asked, CUs charged);
+* **Ascend**: the hami-core gate (``ModeNotFit`` once for the node), NetworkID groups and 910C
+  modules of two NPUs;
+* vendors whose HAMi rule is not modelled here refuse the node with
+  ``VendorRuleNotModelled``, naming the rule, instead of being fitted by a rule that is not
+  theirs.
+
+The passes are the fit's (``accounting.fit``): steady containers charge the node copy in order,
+each regular init container is checked against it as it stands at its point and charges
+nothing; a container's own grants are charged once its walk is done, as HAMi's do.
+
+The package: ``walk`` (the walk and the node's refusals), the vendors' own steps beside it
+(``ascend``, ``enflame_drs``, ``kunlun_walk``, ``metax``, ``neuron``), over ``cards`` (the cards
+and the steps every vendor takes on one).
+"""
+
+from accounting.vendor_fit.cards import (
+    NVIDIA_MODES,
+    WHOLE_CARD_CORES,
+    DrsProfile,
+    Pick,
+    RuleContext,
+    RuleFailure,
+    Score,
+)
+from accounting.vendor_fit.enflame_drs import drs_profile
+from accounting.vendor_fit.walk import NOT_MODELLED_RULES, needs_rules, place
+
+__all__ = [
+    "NOT_MODELLED_RULES",
+    "NVIDIA_MODES",
+    "WHOLE_CARD_CORES",
+    "DrsProfile",
+    "Pick",
+    "RuleContext",
+    "RuleFailure",
+    "Score",
+    "drs_profile",
+    "needs_rules",
+    "place",
+]

@@ -1,0 +1,282 @@
+"""HAMi's per-device walk for one vendor on one node: which nodes take it, the node's own
+refusals, the order the cards are tried in, and one container's walk over them card by card.
+
+Layer: accounting (pure; ``place`` and ``needs_rules`` are what ``accounting.fit`` calls). The
+vendors' own steps are in the modules beside it (``ascend``, ``enflame_drs``, ``kunlun_walk``,
+``metax``, ``neuron``), over the cards and their common steps (``cards``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from accounting import mig
+from accounting.container_ask import ContainerAsk
+from accounting.model import DeviceGrant, DeviceState, MigPlacement
+from accounting.reasons import (
+    ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
+    CARD_MIG_TOPOLOGY_INFEASIBLE,
+    CARD_MODE_UNSUPPORTED,
+    CARD_NOT_FOUND_CUSTOM_FILTER_RULE,
+    CARD_NOT_HEALTH,
+    CARD_TIME_SLICING_EXHAUSTED,
+    CARD_TYPE_MISMATCH,
+    CARD_UUID_MISMATCH,
+    EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
+    MODE_NOT_FIT,
+    NODE_INSUFFICIENT_DEVICE,
+    VENDOR_RULE_NOT_MODELLED,
+    format_reasons,
+)
+from accounting.vendor_data import (
+    ASCEND_SOFT_SPLIT_INFO,
+    METAX_APP_CLASS,
+    VASTAI_STRATEGY_INFO,
+)
+from accounting.vendor_fit.ascend import choose_ascend, collects_all, full_modules
+from accounting.vendor_fit.cards import (
+    NVIDIA_MODES,
+    Card,
+    Pick,
+    RuleContext,
+    RuleFailure,
+    capacity_refusal,
+    compute_units,
+    vendor_grant,
+)
+from accounting.vendor_fit.enflame_drs import drs_device, drs_profile, with_drs_profiles
+from accounting.vendor_fit.kunlun_walk import kunlun_picks
+from accounting.vendor_fit.metax import metax_picks
+from accounting.vendor_fit.neuron import neuron_cores, neuron_picks
+from accounting.vendor_spec import Charge, VendorSpec
+
+NOT_MODELLED_RULES: dict[str, str] = {}
+"""Rules named in the vendor table that this module does not implement yet: rule -> what HAMi
+does there. Their nodes are refused with ``VendorRuleNotModelled``."""
+
+
+def needs_rules(spec: VendorSpec, devices: Sequence[DeviceState]) -> bool:
+    """Whether the vendor's devices on this node need this module rather than the generic
+    loop: the vendor names a rule or takes devices differently, or (NVIDIA) a card is in a
+    mode other than hami-core or mps."""
+    if spec.rule == "nvidia":
+        return any(
+            s.device.vendor == spec.vendor and s.device.mode not in ("hami-core", "mps")
+            for s in devices
+        )
+    return bool(
+        spec.rule
+        or spec.one_device_per_pod
+        or spec.used_device_refused
+        or not spec.checks_capacity
+        or spec.charge is not Charge.REQUEST
+    )
+
+
+def place(
+    context: RuleContext, asks: Sequence[ContainerAsk], devices: Sequence[DeviceState]
+) -> list[tuple[Pick, ...]] | RuleFailure:
+    """Places one vendor's asks on one node: the picks per ask (in ``asks`` order), or why
+    the node refuses the pod."""
+    spec = context.spec
+    cards = [Card.of(p, s) for p, s in enumerate(devices) if s.device.vendor == spec.vendor]
+    if spec.rule == "enflame-drs":
+        context = with_drs_profiles(context, cards)
+    refusal = _node_refusal(context, cards)
+    if refusal is not None:
+        return RuleFailure(asks[0].order if asks else 0, refusal)
+    placement: list[tuple[Pick, ...]] = []
+    earlier: dict[bool, list[str]] = {True: [], False: []}
+    for ask in asks:
+        if ask.demand.count > len(cards) and not _mig_waiver(context, cards):
+            return RuleFailure(ask.order, NODE_INSUFFICIENT_DEVICE)
+        ordered = _ordered(context, cards)
+        if spec.rule == "enflame-drs":
+            choice = drs_profile(context.drs_profiles or (), ask.demand)
+            if choice is None:
+                return RuleFailure(ask.order, format_reasons({MODE_NOT_FIT: 1}, len(cards)))
+            walked = _walk(
+                replace(context, drs_choice=choice), ask, ordered, earlier[ask.is_init],
+                len(cards),
+            )
+        elif spec.rule in ("kunlun", "kunlun-vxpu"):
+            walked = kunlun_picks(context, ask, ordered, len(cards))
+        elif spec.rule == "metax-sgpu":
+            walked = metax_picks(context, ask, ordered, len(cards))
+        elif spec.rule == "aws-neuron" and ask.demand.count > 1:
+            walked = neuron_picks(context, ask, cards)
+        else:
+            walked = _walk(context, ask, ordered, earlier[ask.is_init], len(cards))
+        if isinstance(walked, str):
+            return RuleFailure(ask.order, walked)
+        if not ask.is_init:
+            by_position = {card.position: card for card in cards}
+            for position, grant in walked:
+                by_position[position].charge(grant)
+        earlier[ask.is_init].extend(grant.uuid for _, grant in walked)
+        placement.append(walked)
+    return placement
+
+
+def _node_refusal(context: RuleContext, cards: Sequence[Card]) -> str | None:
+    """A refusal of the whole node before any device is visited (counted once)."""
+    spec = context.spec
+    total = len(cards)
+    if not cards:
+        return None
+    if spec.rule in NOT_MODELLED_RULES:
+        return (
+            f"{total}/{total} {VENDOR_RULE_NOT_MODELLED} "
+            f"({spec.title}: {NOT_MODELLED_RULES[spec.rule]})"
+        )
+    if spec.rule == "vastai" and any(
+        card.state.device.info(VASTAI_STRATEGY_INFO) == "die" for card in cards
+    ):
+        return (
+            f"{total}/{total} {VENDOR_RULE_NOT_MODELLED} "
+            f"({spec.title}: die mode, devices grouped by physical card)"
+        )
+    if spec.rule == "enflame-drs" and context.drs_profiles is None:
+        return format_reasons({MODE_NOT_FIT: 1}, total)
+    if spec.rule == "metax-sgpu" and METAX_APP_CLASS in context.annotations:
+        return (
+            f"{total}/{total} {VENDOR_RULE_NOT_MODELLED} ({spec.title}: app classes "
+            f"({METAX_APP_CLASS}) need the classes of the pods on each sGPU)"
+        )
+    if spec.soft_split(context.annotations) and not all(
+        card.state.device.info(ASCEND_SOFT_SPLIT_INFO) == "true" for card in cards
+    ):
+        # HAMi: a pod asking for hami-core on a node without it fails once for the node.
+        return format_reasons({MODE_NOT_FIT: 1}, total)
+    return None
+
+
+def _mig_waiver(context: RuleContext, cards: Sequence[Card]) -> bool:
+    """HAMi's ``isMIGRequest``: with a MIG card on the node, a container may ask for more
+    devices than the node has cards (several instances of one card), unless the pod's
+    ``nvidia.com/vgpu-mode`` leaves MIG out."""
+    if context.spec.rule != "nvidia" or not any(card.is_mig for card in cards):
+        return False
+    mode_key = context.spec.selection.mode
+    wanted = context.annotations.get(mode_key) if mode_key else None
+    return wanted is None or mig.MIG_MODE in wanted
+
+
+def _ordered(context: RuleContext, cards: Sequence[Card]) -> list[Card]:
+    """The cards in the order the walk tries them: the fit's device order on current usage
+    (binpack the busiest first, spread the least busy), ties by the fit's rank."""
+    score = context.score
+    sign = -1.0 if context.binpack else 1.0
+
+    def key(card: Card) -> tuple[float, int]:
+        device = card.state.device
+        value = score(
+            card.slots_used,
+            device.slots_total,
+            card.cores_used,
+            device.core_percent_total,
+            card.memory_used,
+            device.memory_total_mib,
+        )
+        return sign * value, context.rank[card.position]
+
+    return sorted(cards, key=key)
+
+
+def _walk(
+    context: RuleContext,
+    ask: ContainerAsk,
+    ordered: Sequence[Card],
+    earlier_uuids: Sequence[str],
+    devices_total: int,
+) -> tuple[Pick, ...] | str:
+    """One container's walk over the cards: its picks, or the reason it fits nowhere."""
+    reasons: dict[str, int] = {}
+    picks: list[Pick] = []
+    remaining = ask.demand.count
+    collect_all = collects_all(context, ask, ordered)
+    # Instances already chosen for this container, per card (HAMi's toAllocate on a revisit).
+    chosen: dict[int, list[MigPlacement]] = {}
+    index = 0
+    while index < len(ordered):
+        card = ordered[index]
+        refusal, grant = _try(context, ask, card, chosen.get(card.position, []), earlier_uuids)
+        if refusal is not None:
+            reasons[refusal] = reasons.get(refusal, 0) + 1
+            index += 1
+            continue
+        assert grant is not None
+        picks.append((card.position, grant))
+        if grant.mig is not None:
+            chosen.setdefault(card.position, []).append(grant.mig.placement)
+        if not collect_all:
+            remaining -= 1
+            if remaining == 0:
+                return tuple(picks)
+        if not card.is_mig:
+            index += 1
+        # A MIG card is visited again for the container's next device.
+    if collect_all:
+        chosen_picks = choose_ascend(context, ask, ordered, picks)
+        if chosen_picks is not None:
+            return chosen_picks
+        if context.spec.count_multiple > 1 and ask.demand.count > 1:
+            modules = full_modules(ordered, picks, ask.demand.count)
+            return format_reasons(
+                {ALLOCATED_CARDS_INSUFFICIENT_REQUEST: len(modules)}, ask.demand.count
+            )
+    if picks:
+        reasons[ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(picks)
+    return format_reasons(reasons, devices_total)
+
+
+def _try(
+    context: RuleContext,
+    ask: ContainerAsk,
+    card: Card,
+    chosen_here: Sequence[MigPlacement],
+    earlier_uuids: Sequence[str],
+) -> tuple[str | None, DeviceGrant | None]:
+    """The first reason the card refuses the container, or the grant it would get."""
+    spec = context.spec
+    device = card.state.device
+    demand = ask.demand
+    if not device.healthy:
+        return CARD_NOT_HEALTH, None
+    if spec.rule == "nvidia" and device.mode not in NVIDIA_MODES:
+        return CARD_MODE_UNSUPPORTED, None
+    device_filter = context.device_filter
+    if device_filter is not None and device_filter.type_refused(device.model, device.mode):
+        return CARD_TYPE_MISMATCH, None
+    if device_filter is not None and device_filter.uuid_refused(device.uuid):
+        return CARD_UUID_MISMATCH, None
+    if spec.used_device_refused and card.slots_used > 0:
+        return EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, None
+    if device.slots_total <= card.slots_used:
+        return CARD_TIME_SLICING_EXHAUSTED, None
+    if spec.charge is Charge.CORE_MASK:
+        return neuron_cores(spec, card, demand.core_percent)
+    if spec.rule == "enflame-drs":
+        return drs_device(context, card)
+    memory_mib = demand.on_card(device.memory_total_mib).memory_mib
+    cores = demand.core_percent
+    if spec.charge is Charge.COMPUTE_UNITS:
+        refusal, cores = compute_units(card, memory_mib, cores)
+        if refusal is not None:
+            return refusal, None
+    elif spec.checks_capacity:
+        refusal = capacity_refusal(context, card, memory_mib, cores)
+        if refusal is not None:
+            return refusal, None
+    if card.is_mig:
+        occupied = [*card.mig_in_use, *chosen_here]
+        choice = mig.choose_instance(device.mig_profiles, occupied, memory_mib)
+        if choice is None:
+            return CARD_MIG_TOPOLOGY_INFEASIBLE, None
+        return None, DeviceGrant(
+            device.uuid, spec.vendor, choice.memory_mib, choice.core_percent, mig=choice.instance
+        )
+    if spec.one_device_per_pod and any(uuid != device.uuid for uuid in earlier_uuids):
+        return CARD_NOT_FOUND_CUSTOM_FILTER_RULE, None
+    return None, vendor_grant(spec, card, memory_mib, cores)
