@@ -527,10 +527,25 @@ def test_workloads_keep_the_deploy_contract(
         assert env["HAMI_ACCOUNTING_LISTEN_ADDR"] == f"0.0.0.0:{grpc_port}"
         ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
         assert ports["grpc"] == grpc_port
+        metrics_services = [o for o in objects if o["kind"] == "Service"
+                            and o["metadata"]["name"] == f"{name}-metrics"]
         if metrics:
             assert env["HAMI_ACCOUNTING_METRICS_ADDR"] == f"0.0.0.0:{metrics_port}"
+            if elects:
+                # The leader's Service shows the leader alone; every replica's metrics are
+                # served by a headless Service of their own, ready or not.
+                assert "metrics" not in ports
+                (metrics_service,) = metrics_services
+                spec = metrics_service["spec"]
+                assert spec["clusterIP"] == "None" and spec["publishNotReadyAddresses"] is True
+                assert LEADER_LABEL not in spec["selector"]
+                assert spec["selector"].items() <= pod["metadata"]["labels"].items()
+                ports = {p["name"]: p["port"] for p in spec["ports"]}
+            else:
+                assert metrics_services == []
             assert ports["metrics"] == metrics_port
         else:
+            assert metrics_services == []
             assert env["HAMI_ACCOUNTING_METRICS_ADDR"] == "off"
             assert "metrics" not in ports
             assert "prometheus.io/scrape" not in pod["metadata"].get("annotations", {})
@@ -668,13 +683,18 @@ def test_observability_options_render_a_service_monitor_and_otlp_export(
     objects = objects_of(rendered, value_set)
     (monitor,) = [o for o in objects if o["kind"] == "ServiceMonitor"]
     assert monitor["metadata"]["labels"]["release"] == "kube-prom"
-    # It selects the three Services, by the port every one of them has.
+    # It selects the daemons' Services and scrapes those with a metrics port: the admission
+    # daemon's, the scheduler's and the recorders' metrics Service (every replica, so the
+    # standby too), never the recorder's leader-only Service (which would show the leader
+    # twice, or a second leader not at all).
     services = [o for o in objects if o["kind"] == "Service"]
-    assert len(services) == 3
     for service in services:
         assert monitor["spec"]["selector"]["matchLabels"].items() <= (
             service["metadata"]["labels"].items())
-        assert "metrics" in {p["name"] for p in service["spec"]["ports"]}
+    scraped = sorted(o["metadata"]["name"] for o in services
+                     if "metrics" in {p["name"] for p in o["spec"]["ports"]})
+    assert scraped == [f"{IMAGE_NAME}-admission", f"{IMAGE_NAME}-scheduler",
+                       f"{IMAGE_NAME}-usage-metrics"]
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     for workload in workloads(objects):
         env = env_of(the_container(workload))

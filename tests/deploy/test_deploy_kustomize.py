@@ -256,6 +256,16 @@ def test_each_daemon_has_a_workload_service_and_service_account(
         assert selector.items() <= workload["spec"]["selector"]["matchLabels"].items()
         ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
         assert ports["grpc"] == grpc_port
+        if daemon == "usage":
+            # The leader's Service shows the leader alone; the metrics Service every replica.
+            assert "metrics" not in ports
+            metrics_service = find(objects, "Service", f"{name}-metrics")
+            assert metrics_service["spec"]["clusterIP"] == "None"
+            assert metrics_service["spec"]["publishNotReadyAddresses"] is True
+            assert metrics_service["spec"]["selector"].items() <= (
+                pod["metadata"]["labels"].items())
+            assert LEADER_LABEL not in metrics_service["spec"]["selector"]
+            ports = {p["name"]: p["port"] for p in metrics_service["spec"]["ports"]}
         assert ports["metrics"] == metrics_port
         container = the_container(workload)
         container_ports = {p["name"]: p["containerPort"] for p in container["ports"]}

@@ -459,12 +459,41 @@ spec:
       targetPort: webhook
       protocol: TCP
     {{- end }}
-    {{- if $root.Values.metrics.enabled }}
+    {{- /* The leader's Service would show Prometheus the leader alone: with election the
+    recorders' metrics are served by the metrics Service, which selects every replica. */}}
+    {{- if and $root.Values.metrics.enabled (not (and (eq $daemon "usage") $root.Values.usage.leaderElect)) }}
     - name: metrics
       port: {{ include "hami-accounting.metricsPort" $daemon }}
       targetPort: metrics
       protocol: TCP
     {{- end }}
+{{- end -}}
+
+{{/* With leader election, the recorders' metrics Service: headless, every replica whether
+ready or not (a standby's hami_accounting_leader 0, or a second leader's 1, is what the alert
+rules need to see), port "metrics" only. */}}
+{{- define "hami-accounting.usageMetricsService" -}}
+{{- $root := . -}}
+{{- if and $root.Values.metrics.enabled $root.Values.usage.leaderElect }}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "hami-accounting.daemon" (list $root "usage") }}-metrics
+  namespace: {{ include "hami-accounting.namespace" $root }}
+  labels:
+    {{- include "hami-accounting.labels" (list $root "usage") | nindent 4 }}
+  {{- with include "hami-accounting.annotations" $root }}{{ . | nindent 2 }}{{- end }}
+spec:
+  clusterIP: None
+  publishNotReadyAddresses: true
+  selector:
+    {{- include "hami-accounting.selectorLabels" (list $root "usage") | nindent 4 }}
+  ports:
+    - name: metrics
+      port: {{ include "hami-accounting.metricsPort" "usage" }}
+      targetPort: metrics
+      protocol: TCP
+{{- end }}
 {{- end -}}
 
 {{/* A daemon's ServiceAccount. Only the recorder talks to the API server. */}}
