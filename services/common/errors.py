@@ -165,9 +165,11 @@ def _internal_message() -> str:
     return "internal error"
 
 
-def _is_abort(error: Exception, context: grpc.ServicerContext) -> bool:
-    """True for what grpc raises from context.abort() (a bare Exception, or grpc.aio's
-    AbortError), which must propagate."""
+def is_abort(error: BaseException, context: grpc.ServicerContext) -> bool:
+    """True for what grpc raises from context.abort() (a bare Exception with no message once
+    the call's status is set, or grpc.aio's AbortError): the status is already the call's, so
+    it propagates untouched and is no fault. The one rule, read by the error mapping here and
+    by the call telemetry."""
     if isinstance(error, grpc.aio.AbortError):
         return True
     if type(error) is not Exception or error.args:
@@ -200,7 +202,7 @@ def _mapped(error: Exception, context: grpc.ServicerContext, method: str) -> Map
 def _refusal(error: Exception, context: grpc.ServicerContext, method: str) -> MappedStatus:
     """The status a servicer's ``error`` ends its call with; an abort it made itself is raised
     again untouched. The wrappers below abort with it, each the way its kind of call does."""
-    if _is_abort(error, context):
+    if is_abort(error, context):
         raise error
     return _mapped(error, context, method)
 

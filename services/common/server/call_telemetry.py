@@ -34,6 +34,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from services.common.errors import is_abort
 from services.common.metrics import observe_rpc_duration
 
 _ROOT_SERVER_SPAN = otel_context.create_key("hami.accounting.root_server_span")
@@ -57,12 +58,6 @@ def root_server_span() -> trace.Span | None:
     if isinstance(span, trace.Span) and span is trace.get_current_span():
         return span
     return None
-
-
-def is_abort(error: BaseException) -> bool:
-    """Whether ``error`` is what grpc raises from ``context.abort`` (the sync server raises a
-    bare ``Exception``, grpc.aio an ``AbortError``): the status is already set."""
-    return type(error) is Exception or isinstance(error, grpc.aio.AbortError)
 
 
 def _status(context: grpc.ServicerContext, failed: bool, cancelled: bool) -> grpc.StatusCode:
@@ -139,7 +134,7 @@ class _Call:
             details = getattr(context, "details", lambda: None)()
             span.set_status(trace.Status(trace.StatusCode.ERROR, f"{code.name}: {details or ''}"))
         # An abort raises after setting the code; anything else is a fault.
-        if error is not None and not is_abort(error) and not cancelled:
+        if error is not None and not is_abort(error, context) and not cancelled:
             span.record_exception(error)
         if self._token is not None:
             otel_context.detach(self._token)
