@@ -48,3 +48,6 @@ TRACEPARENT_ANNOTATION = "hami.io/traceparent"
 
 NODE_REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
 """The JSON array of the node's NVIDIA devices, written by HAMi's device plugin."""
+DEVICE_CORDON_ANNOTATION = "hami.io/device-cordon"
+"""The NVIDIA cards of the node no new pod may take: their UUIDs, comma-separated (each
+trimmed, empty items ignored), as HAMi v2.10 reads it; pods already on them stay."""

@@ -20,6 +20,12 @@ from accounting.annotations import TRACEPARENT_ANNOTATION as TRACEPARENT_ANNOTAT
 from accounting.vendors import NVIDIA
 
 DEFAULT_DEVICE_MODE = "hami-core"
+CORDONED_INFO = "hami.io/device-cordon"
+"""The ``custom_info`` key a cordoned NVIDIA device carries (``"true"``): its node's
+``hami.io/device-cordon`` annotation names it, so the fit places nothing new on it while what
+is charged there stays charged. Set by the node reader (``accounting.kube.node_json``), which
+drops the key from anything a register wrote, so it travels with the inventory as the vendors'
+facts do."""
 """A device's sharing mode when its registration names none (HAMi's default)."""
 
 
@@ -262,6 +268,11 @@ class Device:
     custom_info: tuple[tuple[str, str], ...] = ()
     """Vendor-specific facts a rule reads (HAMi's ``CustomInfo``), as sorted (key, value)
     pairs: Ascend's ``NetworkID``, Metax's ``QosPolicy``, AWS's instance type, ..."""
+
+    @property
+    def cordoned(self) -> bool:
+        """New pods are not placed on the device (``CORDONED_INFO``)."""
+        return bool(self.custom_info) and self.info(CORDONED_INFO) == "true"
 
     def info(self, key: str) -> str | None:
         """The ``custom_info`` value of ``key``, or None."""

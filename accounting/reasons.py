@@ -14,6 +14,8 @@ from accounting.amount import Amount, Dimension
 # -- why one card refuses one container (the fit, and Reserve's capacity re-check) -------------
 
 CARD_NOT_HEALTH = "CardNotHealth"
+CARD_CORDONED = "CardCordoned"
+"""The node's hami.io/device-cordon annotation names the card (NVIDIA): no new pod on it."""
 CARD_TYPE_MISMATCH = "CardTypeMismatch"
 """Another vendor, or excluded by nvidia.com/use-gputype, nouse-gputype or vgpu-mode."""
 CARD_UUID_MISMATCH = "CardUuidMismatch"

@@ -50,6 +50,7 @@ class _Card:
     mode: str
     index: int
     healthy: bool
+    cordoned: bool
     slots_total: int
     memory_total: int
     cores_total: int
@@ -110,6 +111,8 @@ def _refusal(
     """HAMi's NVIDIA Fit checks for one device, in HAMi's order."""
     if not card.healthy:
         return codes.CARD_NOT_HEALTH
+    if card.cordoned and card.vendor == "NVIDIA":
+        return codes.CARD_CORDONED
     model = card.model.lower()
     use_types = [t.lower() for t in _entries(annotations.get(keys.USE_GPU_TYPE_ANNOTATION))]
     nouse_types = [t.lower() for t in _entries(annotations.get(keys.NOUSE_GPU_TYPE_ANNOTATION))]
@@ -196,6 +199,7 @@ def naive_fit_node(
             state.device.mode,
             state.device.index,
             state.device.healthy,
+            state.device.info("hami.io/device-cordon") == "true",
             state.device.slots_total,
             state.device.memory_total_mib,
             state.device.core_percent_total,

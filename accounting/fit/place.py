@@ -21,6 +21,7 @@ from accounting.fit.refusal import _walk_reasons
 from accounting.model import DeviceGrant, DeviceState
 from accounting.pod import EXCLUSIVE_CORE_PERCENT
 from accounting.reasons import (
+    CARD_CORDONED,
     CARD_NOT_HEALTH,
     CARD_TYPE_MISMATCH,
     CARD_UUID_MISMATCH,
@@ -29,6 +30,7 @@ from accounting.reasons import (
     RESOURCE_QUOTA_NOT_FIT,
     format_reasons,
 )
+from accounting.vendors import NVIDIA
 
 
 def _blocks(
@@ -40,6 +42,9 @@ def _blocks(
         device = state.device
         if not device.healthy:
             blocks.append(CARD_NOT_HEALTH)
+        elif device.custom_info and device.vendor == NVIDIA and device.cordoned:
+            # HAMi cordons NVIDIA cards only.
+            blocks.append(CARD_CORDONED)
         elif device.vendor != vendor_name or (
             device_filter is not None
             and device_filter.type_refused(device.model, device.mode)

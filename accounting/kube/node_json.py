@@ -16,10 +16,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from accounting import hami_codec, numbers
+from accounting.annotations import DEVICE_CORDON_ANNOTATION
 from accounting.errors import InvalidInputError, Violations
 from accounting.kube import quantity
 from accounting.limits import INT32_MAX, MAX_DEVICES_PER_NODE, MAX_NODE_NAME_CHARS
-from accounting.model import Device
+from accounting.model import CORDONED_INFO, Device
 from accounting.quoting import json_kind, quote
 from accounting.received_json import bounded_json_array, decode_json, json_object
 from accounting.validate import (
@@ -125,7 +126,11 @@ def registration_key(
     metadata = obj.get("metadata")
     annotations = _object(metadata, "annotations")
     labels = _object(metadata, "labels")
-    extras = [annotations.get(ASCEND_SOFT_SPLIT_ANNOTATION), labels.get(AWS_INSTANCE_TYPE_LABEL)]
+    extras = [
+        annotations.get(ASCEND_SOFT_SPLIT_ANNOTATION),
+        labels.get(AWS_INSTANCE_TYPE_LABEL),
+        annotations.get(DEVICE_CORDON_ANNOTATION),
+    ]
     return json.dumps([*_sources(obj, vendors), *extras], separators=(",", ":"), default=str)
 
 
@@ -203,6 +208,8 @@ def _vendor_devices(
     if source is DeviceSource.ENFLAME_DRS:
         return _enflame_devices(spec, value, node_name, path, prefix)
     devices = hami_codec.decode_node_register(value, path=path, vendor=spec.vendor)
+    if spec.rule == "nvidia":
+        devices = _with_cordon(devices, annotations.get(DEVICE_CORDON_ANNOTATION), prefix)
     if spec.rule == "ascend":
         soft_split = annotations.get(ASCEND_SOFT_SPLIT_ANNOTATION) == "true"
         devices = tuple(
@@ -210,6 +217,35 @@ def _vendor_devices(
             for device in devices
         )
     return devices
+
+
+def cordoned_uuids(value: str) -> frozenset[str]:
+    """The UUIDs of ``hami.io/device-cordon``: split at commas, each trimmed, empty ones
+    ignored (HAMi's reading; a UUID of no card of the node cordons nothing)."""
+    return frozenset(part.strip() for part in value.split(",")) - {""}
+
+
+def _with_cordon(devices: tuple[Device, ...], value: object, prefix: str) -> tuple[Device, ...]:
+    """The NVIDIA devices with ``CORDONED_INFO`` set on those the annotation names and on no
+    other (HAMi cordons NVIDIA cards only)."""
+    if value is None:
+        cordoned: frozenset[str] = frozenset()
+    elif isinstance(value, str):
+        cordoned = cordoned_uuids(value)
+    else:
+        raise InvalidInputError.single(
+            f"{prefix}metadata.annotations[{quote(DEVICE_CORDON_ANNOTATION)}]", "must be a string"
+        )
+    if not cordoned and not any(device.info(CORDONED_INFO) is not None for device in devices):
+        return devices
+    marked = []
+    for device in devices:
+        pairs = dict(device.custom_info)
+        pairs.pop(CORDONED_INFO, None)
+        if device.uuid in cordoned:
+            pairs[CORDONED_INFO] = "true"
+        marked.append(replace(device, custom_info=tuple(sorted(pairs.items()))))
+    return tuple(marked)
 
 
 def _with_info(device: Device, key: str, value: str) -> Device:

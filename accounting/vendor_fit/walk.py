@@ -16,6 +16,7 @@ from accounting.container_ask import ContainerAsk
 from accounting.model import DeviceGrant, DeviceState, MigPlacement
 from accounting.reasons import (
     ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
+    CARD_CORDONED,
     CARD_MIG_TOPOLOGY_INFEASIBLE,
     CARD_MODE_UNSUPPORTED,
     CARD_NOT_FOUND_CUSTOM_FILTER_RULE,
@@ -244,6 +245,8 @@ def _try(
     demand = ask.demand
     if not device.healthy:
         return CARD_NOT_HEALTH, None
+    if spec.rule == "nvidia" and device.cordoned:
+        return CARD_CORDONED, None
     if spec.rule == "nvidia" and device.mode not in NVIDIA_MODES:
         return CARD_MODE_UNSUPPORTED, None
     device_filter = context.device_filter

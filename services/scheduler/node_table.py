@@ -15,7 +15,8 @@ thread keeps writing rows meanwhile, and a Filter computes on a consistent copy.
 
 Which rows the vectorized fit leaves to the reference fit (``kernel_ok`` false): a node with
 more devices than ``MAX_WIDTH``, or with a figure that is negative or too large for a float64
-to hold exactly (the device scores must be bit for bit the reference fit's).
+to hold exactly (the device scores must be bit for bit the reference fit's), or with a
+cordoned card (``Device.cordoned``).
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ def device_state_key(state: NodeState) -> tuple[Any, ...]:
     with equal keys have equal rows in every field the fit compares."""
     return tuple(
         (d.device.vendor, d.device.model, d.device.mode, d.device.healthy, d.device.index,
-         *_figures(d))
+         d.device.cordoned, *_figures(d))
         for d in state.devices
     )
 
@@ -317,7 +318,9 @@ class NodeTable:
             return  # more than MAX_WIDTH: the reference fit takes the node
         figures = [_figures(d) for d in devices]
         exact = all(0 <= value < _EXACT for figure in figures for value in figure)
-        fields["kernel_ok"][row] = exact
+        # A node with a cordoned card (CardCordoned) is left to the reference fit: rare, and
+        # the kernel's columns stay those of every other node.
+        fields["kernel_ok"][row] = exact and not any(d.device.cordoned for d in devices)
         if not count or not exact:
             return
         values = np.array(figures, dtype=np.int64).T

@@ -41,6 +41,7 @@ from accounting.fit import (
     fit_pod,
 )
 from accounting.model import (
+    CORDONED_INFO,
     Container,
     ContainerClass,
     Device,
@@ -79,6 +80,9 @@ def device_states(draw: st.DrawFn, uuid: str, index: int) -> DeviceState:
         mode=draw(st.sampled_from(MODES)),
         healthy=draw(st.sampled_from([True, True, True, True, False])),
         vendor=vendor,
+        # Now and then cordoned (the node's hami.io/device-cordon): its node is the
+        # reference fit's.
+        custom_info=draw(st.sampled_from([()] * 9 + [((CORDONED_INFO, "true"),)])),
     )
     return DeviceState(
         device,
@@ -268,9 +272,14 @@ def test_every_row_the_kernel_fits_itself_gets_the_reference_verdict(
     columns, _ = table_of(nodes, []).gather(names)
     plan = fit_plan(pod, vendor=vendor, gpu_policy=gpu_policy)
     assert plan is not None
-    assert columns.fields["kernel_ok"].all()  # every figure drawn fits the columns
+    # Every figure drawn fits the columns; a node with a cordoned card is left out.
+    cordoned = [any(d.device.cordoned for d in state.devices) for state in columns.states]
+    assert columns.fields["kernel_ok"].tolist() == [not c for c in cordoned]
     # Nodes with MIG-mode cards are the vendor's own rules' (the kernel leaves them out).
-    generic = [not plan.needs_rules(state.devices) for state in columns.states]
+    generic = [
+        not plan.needs_rules(state.devices) and not c
+        for state, c in zip(columns.states, cordoned, strict=True)
+    ]
 
     picks: fit_kernel.Picks = []
     result = fit_kernel._run(

@@ -1,0 +1,181 @@
+"""HAMi's own tests of placement features beyond those of
+tests/support/hami_fit_cases.py, as data, each naming its source: cordoned cards (the node's
+``hami.io/device-cordon``).
+
+Read from Project-HAMi/HAMi at 4707fb02 (v2.10.0): ``pkg/device/nvidia/device_test.go``
+(``TestFit_DeviceCordon``). As in tests/support/hami_fit_cases.py only the data is brought in,
+written as the objects our daemons read: the node with HAMi's register annotation and its own
+annotations, pods with ``nvidia.com/*`` limits. HAMi's test calls the NVIDIA ``Fit`` on a list
+of devices; here the pod goes through the whole fit, so where the order of the walk matters the
+note says what it is. A case marked "derived" follows from HAMi's code (``Fit`` in
+``pkg/device/nvidia/device.go``) rather than from one of its tests.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from accounting.annotations import DEVICE_CORDON_ANNOTATION, NODE_REGISTER_ANNOTATION
+from accounting.kube import node_json
+from accounting.model import DeviceState
+from accounting.vendors import NVIDIA_RESOURCES
+from tests.support.hami_fit_cases import DEVICE_TEST, Card, HamiCase, Json, container, gpu
+
+DEVICE_CODE = "pkg/device/nvidia/device.go"
+
+
+@dataclass(frozen=True)
+class NodeCase:
+    """A HAMi case whose nodes carry annotations of their own (besides the register)."""
+
+    case: HamiCase
+    node_annotations: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Node -> its annotations (the register annotation is added from the cards)."""
+
+    @property
+    def id(self) -> str:
+        return self.case.id
+
+    def kube_node(self, name: str) -> Json:
+        """The node as the recorder's watch reads it."""
+        annotations = {
+            NODE_REGISTER_ANNOTATION: json.dumps(
+                [card.register_entry() for card in self.case.nodes[name]]
+            ),
+            **self.node_annotations.get(name, {}),
+        }
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {},
+            "status": {},
+        }
+
+    def states(self, name: str) -> tuple[DeviceState, ...]:
+        """The node's devices read from its JSON, each charged what the case's card uses."""
+        devices = node_json.parse_node(self.kube_node(name), (NVIDIA_RESOURCES,)).devices
+        cards = {card.uuid: card for card in self.case.nodes[name]}
+        return tuple(
+            DeviceState(
+                device,
+                cards[device.uuid].used_mib,
+                cards[device.uuid].used_cores,
+                cards[device.uuid].used_slots,
+            )
+            for device in devices
+        )
+
+
+# -- TestFit_DeviceCordon (device_test.go) ------------------------------------------------------
+
+def _cordon_node(*, used: bool = False) -> dict[str, tuple[Card, ...]]:
+    """HAMi's two devices: 100 slots, 128 MiB, 100 cores each (index 0 both)."""
+    return {
+        "node1": (
+            Card("dev-0", slots=100, memory_mib=128),
+            Card("dev-1", slots=100, memory_mib=128, used_slots=int(used),
+                 used_mib=64 if used else 0, used_cores=50 if used else 0),
+        )
+    }
+
+
+def _cordoned(value: str) -> dict[str, dict[str, str]]:
+    return {"node1": {DEVICE_CORDON_ANNOTATION: value}}
+
+
+_REQUEST = [container("c", gpu(1, mib=64, cores=50))]
+_WALK = ("HAMi's test hands Fit dev-0, dev-1 and Fit walks from the end; the whole fit walks "
+         "the same order (equal scores, equal index: the later device first)")
+
+CORDON = [
+    NodeCase(
+        HamiCase(
+            "K1 cordoned device is skipped, healthy sibling still fits",
+            f"{DEVICE_TEST} TestFit_DeviceCordon: "
+            "'cordoned device is skipped, healthy sibling still fits' (line 1250)",
+            _cordon_node(),
+            _REQUEST,
+            want_node="node1",
+            want_uuids=[("dev-0",)],
+            note=f"{_WALK}; without the cordon the pod takes dev-1",
+        ),
+        _cordoned("dev-1, "),
+    ),
+    NodeCase(
+        HamiCase(
+            "K2 all devices cordoned",
+            f"{DEVICE_TEST} TestFit_DeviceCordon: "
+            "'all devices cordoned fails with CardCordoned reason' (line 1260)",
+            _cordon_node(),
+            _REQUEST,
+            want_failed={"node1": "2/2 CardCordoned"},
+        ),
+        _cordoned("dev-0,dev-1"),
+    ),
+    NodeCase(
+        HamiCase(
+            "K3 running pods on a cordoned device are unaffected",
+            f"{DEVICE_TEST} TestFit_DeviceCordon: "
+            "'running pods on a cordoned device are unaffected' (line 1270)",
+            _cordon_node(used=True),
+            _REQUEST,
+            want_node="node1",
+            want_uuids=[("dev-0",)],
+            note="dev-1 holds a pod (1 slot, 64 MiB, 50 cores) that stays charged: "
+            "the Filter test reads its usage back",
+        ),
+        _cordoned("dev-1"),
+    ),
+    NodeCase(
+        HamiCase(
+            "K4 no annotation means nothing cordoned",
+            f"{DEVICE_TEST} TestFit_DeviceCordon: "
+            "'no annotation or no node info means nothing cordoned' (line 1287)",
+            _cordon_node(),
+            _REQUEST,
+            want_node="node1",
+            want_uuids=[("dev-1",)],
+            note=f"{_WALK}; HAMi's test asserts only that it fits (the card is derived)",
+        ),
+    ),
+    NodeCase(
+        HamiCase(
+            "K5 an empty annotation cordons nothing",
+            f"{DEVICE_CODE} cordonedDevices (line 698): derived, a blank value or only "
+            "commas is nothing cordoned",
+            _cordon_node(),
+            _REQUEST,
+            want_node="node1",
+            want_uuids=[("dev-1",)],
+        ),
+        _cordoned(" , ,"),
+    ),
+    NodeCase(
+        HamiCase(
+            "K6 the cordon is checked before the UUID annotations",
+            f"{DEVICE_CODE} Fit (line 735): derived, health, then the cordon, then type and "
+            "UUID",
+            _cordon_node(),
+            _REQUEST,
+            annotations={"nvidia.com/use-gpuuuid": "dev-1"},
+            want_failed={"node1": "1/2 CardCordoned, 1/2 CardUuidMismatch"},
+        ),
+        _cordoned("dev-1"),
+    ),
+    NodeCase(
+        HamiCase(
+            "K7 an unhealthy cordoned card counts as unhealthy",
+            f"{DEVICE_CODE} Fit (line 730): derived, health is checked before the cordon",
+            {"node1": (Card("dev-0", slots=100, memory_mib=128, healthy=False),
+                       Card("dev-1", slots=100, memory_mib=128))},
+            _REQUEST,
+            want_failed={"node1": "1/2 CardCordoned, 1/2 CardNotHealth"},
+        ),
+        _cordoned("dev-0 ,dev-1,dev-9"),
+    ),
+]
+
+ALL: Sequence[NodeCase] = CORDON
