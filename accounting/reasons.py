@@ -44,9 +44,6 @@ CARD_UNHEALTHY = "CardUnhealthy"
 """Metax sGPU's word for CardNotHealth (HAMi's Metax backend has its own)."""
 CARD_QOS_POLICY_MISMATCH = "CardQosPolicyMismatch"
 """Metax sGPU: a used sGPU runs tasks of another QoS policy."""
-CARD_MODE_UNSUPPORTED = "CardModeUnsupported"
-"""Ours: the card registers a sharing mode the accounting does not model (NVIDIA: anything but
-hami-core, mps and mig), so nothing is placed on it rather than charged by a wrong rule."""
 VENDOR_RULE_NOT_MODELLED = "VendorRuleNotModelled"
 """Ours: the vendor's devices on the node need a fit rule HAMi has and the accounting does not
 model (named in the message), so the node is refused rather than fitted by the generic rule."""

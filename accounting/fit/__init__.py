@@ -35,7 +35,7 @@ hami.io/device-scoring-weights (always 1,1,1).
 
 Every vendor of the policy is placed on its own devices (docs/design.md §2.7). The loop above is
 the generic path; a vendor whose table entry names a rule of its own, or an NVIDIA node with a
-card in MIG (or another) mode, is placed by ``accounting.vendor_fit`` instead
+card in MIG mode, is placed by ``accounting.vendor_fit`` instead
 (``vendor_fit.needs_rules`` says which), its quota checked on the complete placement.
 
 The package, one job a module, from the top floor down (.importlinter holds the floors):

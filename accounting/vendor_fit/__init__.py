@@ -2,12 +2,12 @@
 
 Layer: accounting (pure). ``accounting.fit`` places most pods with its generic loop (memory,
 cores, slots). A vendor whose entry in the vendor table names a rule, or an NVIDIA node with a
-card in a mode other than hami-core or mps (MIG), is placed here instead, by a readable copy of
-HAMi's ``Fit`` walk (``pkg/device/<vendor>/device.go``) with each vendor's own steps:
+card in MIG mode, is placed here instead, by a readable copy of HAMi's ``Fit`` walk
+(``pkg/device/<vendor>/device.go``) with each vendor's own steps:
 
 * the walk visits the vendor's devices in the fit's order and counts, per device visited, the
-  first reason that stops it: ``CardNotHealth``, ``CardTypeMismatch`` (another model or sharing
-  mode by the pod's annotations; ``CardModeUnsupported`` for a mode we do not model),
+  first reason that stops it: ``CardNotHealth``, ``CardCordoned`` (NVIDIA),
+  ``CardTypeMismatch`` (another model or sharing mode by the pod's annotations),
   ``CardUuidMismatch``, ``ExclusiveDeviceAllocateConflict`` (a used device where the vendor takes
   devices whole), ``CardTimeSlicingExhausted``, ``CardInsufficientMemory``,
   ``CardInsufficientCore``, ``ExclusiveDeviceAllocateConflict`` (every core asked of a used
@@ -35,7 +35,6 @@ and the steps every vendor takes on one).
 """
 
 from accounting.vendor_fit.cards import (
-    NVIDIA_MODES,
     WHOLE_CARD_CORES,
     DrsProfile,
     Pick,
@@ -48,7 +47,6 @@ from accounting.vendor_fit.walk import NOT_MODELLED_RULES, needs_rules, place
 
 __all__ = [
     "NOT_MODELLED_RULES",
-    "NVIDIA_MODES",
     "WHOLE_CARD_CORES",
     "DrsProfile",
     "Pick",

@@ -24,9 +24,6 @@ from accounting.reasons import (
 )
 from accounting.vendor_spec import Charge, VendorSpec
 
-NVIDIA_MODES = ("hami-core", "mps", mig.MIG_MODE)
-"""The NVIDIA sharing modes the accounting models: mps has no scheduling rule of its own in
-HAMi and is charged like hami-core; a card in any other mode is refused."""
 WHOLE_CARD_CORES = 100
 
 Pick = tuple[int, DeviceGrant]

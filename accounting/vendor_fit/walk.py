@@ -18,7 +18,6 @@ from accounting.reasons import (
     ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
     CARD_CORDONED,
     CARD_MIG_TOPOLOGY_INFEASIBLE,
-    CARD_MODE_UNSUPPORTED,
     CARD_NOT_FOUND_CUSTOM_FILTER_RULE,
     CARD_NOT_HEALTH,
     CARD_TIME_SLICING_EXHAUSTED,
@@ -37,7 +36,6 @@ from accounting.vendor_data import (
 )
 from accounting.vendor_fit.ascend import choose_ascend, collects_all, full_modules
 from accounting.vendor_fit.cards import (
-    NVIDIA_MODES,
     Card,
     Pick,
     RuleContext,
@@ -59,12 +57,11 @@ does there. Their nodes are refused with ``VendorRuleNotModelled``."""
 
 def needs_rules(spec: VendorSpec, devices: Sequence[DeviceState]) -> bool:
     """Whether the vendor's devices on this node need this module rather than the generic
-    loop: the vendor names a rule or takes devices differently, or (NVIDIA) a card is in a
-    mode other than hami-core or mps."""
+    loop: the vendor names a rule or takes devices differently, or (NVIDIA) a card is in MIG
+    mode, the one mode HAMi gives a path of its own (any other is placed as hami-core)."""
     if spec.rule == "nvidia":
         return any(
-            s.device.vendor == spec.vendor and s.device.mode not in ("hami-core", "mps")
-            for s in devices
+            s.device.vendor == spec.vendor and s.device.mode == mig.MIG_MODE for s in devices
         )
     return bool(
         spec.rule
@@ -247,8 +244,6 @@ def _try(
         return CARD_NOT_HEALTH, None
     if spec.rule == "nvidia" and device.cordoned:
         return CARD_CORDONED, None
-    if spec.rule == "nvidia" and device.mode not in NVIDIA_MODES:
-        return CARD_MODE_UNSUPPORTED, None
     device_filter = context.device_filter
     if device_filter is not None and device_filter.type_refused(device.model, device.mode):
         return CARD_TYPE_MISMATCH, None

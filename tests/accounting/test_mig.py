@@ -312,16 +312,14 @@ def test_two_mig_cards_each_give_one_instance_of_a_container() -> None:
     ]
 
 
-def test_a_mode_the_accounting_does_not_model_is_refused_on_that_card() -> None:
-    unknown = Device("GPU-x", "NVIDIA-A100", 0, 10, 40960, 100, mode="vgpu-timeslice")
-    plain = Device("GPU-y", "NVIDIA-A100", 1, 10, 40960, 100)
-    fit = fit_node(one_container(nvidia(mib=1000)), NodeState("n", (DeviceState(unknown),)))
-    assert (fit.fits, fit.reason) == (False, "1/1 CardModeUnsupported")
-    fit = fit_node(
-        one_container(nvidia(mib=1000)),
-        NodeState("n", (DeviceState(unknown), DeviceState(plain))),
-    )
-    assert fit.fits and [g.uuid for g in fit.grants[0]] == ["GPU-y"]
+def test_a_mode_other_than_mig_is_placed_as_hami_core() -> None:
+    # HAMi gives mig alone a path of its own: a card in any other mode (its tests register
+    # "hami"; an operator may set the device plugin's) is fitted and charged as hami-core.
+    other = Device("GPU-x", "NVIDIA-A100", 0, 10, 40960, 100, mode="vgpu-timeslice")
+    fit = fit_node(one_container(nvidia(mib=1000)), NodeState("n", (DeviceState(other),)))
+    assert fit.fits and [(g.uuid, g.memory_mib, g.mig) for g in fit.grants[0]] == [
+        ("GPU-x", 1000, None)
+    ]
 
 
 # -- D1 and D5: the annotation, the record and the release ---------------------------------------

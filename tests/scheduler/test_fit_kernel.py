@@ -59,7 +59,7 @@ SETTINGS = settings(
     max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 MODELS = ("NVIDIA A10", "NVIDIA A100-SXM4-40GB", "NVIDIA-Tesla T4", "NVIDIA H100")
-MODES = ("hami-core", "hami-core", "mps", "mig")
+MODES = ("hami-core", "hami-core", "mps", "mig", "hami")
 NODE_NAMES = ("node-a", "node-b", "node-c", "node-d", "node-e", "node-f")
 MANY_NODE_NAMES = (*NODE_NAMES, "node-g", "node-h", "node-i", "node-j", "node-k", "node-l")
 

@@ -15,6 +15,7 @@ from tests.scheduler.conftest import RPC_TIMEOUT_S, Recorder, Scheduler, bound_p
 from tests.scheduler.test_hami_filter_cases import cards
 from tests.support import hami_cordon_cases
 from tests.support.hami_cordon_cases import NodeCase
+from tests.support.hami_fit_cases import NAMESPACE
 from tests.support.pods import app_container, to_json
 
 
@@ -34,6 +35,8 @@ def seed(recorder: Recorder, case: NodeCase) -> None:
                 f"used-{card.uuid}", name, annotation, namespace="elsewhere",
                 apps=[app_container("main", gpumem=max(card.used_mib, 1))],
             ))
+    if case.case.quota:
+        recorder.set_quota(NAMESPACE, case.case.quota)
 
 
 @pytest.mark.parametrize("case", hami_cordon_cases.ALL, ids=lambda c: c.id)

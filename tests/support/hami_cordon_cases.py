@@ -1,11 +1,13 @@
 """HAMi's own tests of placement features beyond those of
 tests/support/hami_fit_cases.py, as data, each naming its source: cordoned cards (the node's
-``hami.io/device-cordon``).
+``hami.io/device-cordon``) and cards in the sharing modes HAMi's own tests register.
 
 Read from Project-HAMi/HAMi at 4707fb02 (v2.10.0): ``pkg/device/nvidia/device_test.go``
-(``TestFit_DeviceCordon``). As in tests/support/hami_fit_cases.py only the data is brought in,
-written as the objects our daemons read: the node with HAMi's register annotation and its own
-annotations, pods with ``nvidia.com/*`` limits. HAMi's test calls the NVIDIA ``Fit`` on a list
+(``TestFit_DeviceCordon``) and ``pkg/scheduler/scheduler_test.go`` (``Test_Filter``,
+``Test_ResourceQuota``, with the cards' modes as written there). As in
+tests/support/hami_fit_cases.py only the data is brought in, written as the objects our daemons
+read: the node with HAMi's register annotation and its own annotations, pods with
+``nvidia.com/*`` limits. HAMi's test calls the NVIDIA ``Fit`` on a list
 of devices; here the pod goes through the whole fit, so where the order of the walk matters the
 note says what it is. A case marked "derived" follows from HAMi's code (``Fit`` in
 ``pkg/device/nvidia/device.go``) rather than from one of its tests.
@@ -15,12 +17,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from accounting.annotations import DEVICE_CORDON_ANNOTATION, NODE_REGISTER_ANNOTATION
 from accounting.kube import node_json
 from accounting.model import DeviceState
 from accounting.vendors import NVIDIA_RESOURCES
+from tests.support import hami_fit_cases
 from tests.support.hami_fit_cases import DEVICE_TEST, Card, HamiCase, Json, container, gpu
 
 DEVICE_CODE = "pkg/device/nvidia/device.go"
@@ -178,4 +181,51 @@ CORDON = [
     ),
 ]
 
-ALL: Sequence[NodeCase] = CORDON
+
+# -- Test_Filter, Test_ResourceQuota (scheduler_test.go) with the cards' own modes -------------
+
+@dataclass(frozen=True)
+class ModeCard(Card):
+    """A card registered in a sharing mode (HAMi's tests write "hami", or none at all)."""
+
+    mode: str = "hami-core"
+
+    def state(self) -> DeviceState:
+        plain = super().state()
+        return replace(plain, device=replace(plain.device, mode=self.mode or "hami-core"))
+
+    def register_entry(self) -> Json:
+        return {**super().register_entry(), "mode": self.mode}
+
+
+def _in_modes(case: HamiCase, modes: Mapping[str, str], line: int) -> NodeCase:
+    """``case`` of tests/support/hami_fit_cases.py with each card in the mode HAMi's test
+    registers it in (``modes``: UUID -> mode; "" where the test sets none)."""
+    nodes = {
+        name: tuple(
+            ModeCard(**{f: getattr(card, f) for f in card.__dataclass_fields__},
+                     mode=modes[card.uuid])
+            for card in cards
+        )
+        for name, cards in case.nodes.items()
+    }
+    number = case.id.split()[0]
+    return NodeCase(replace(
+        case,
+        id=f"M{number} {case.id.split(' ', 1)[1]}",
+        source=f"{case.source}, the cards' modes as the test's node (line {line})",
+        nodes=nodes,
+        note="HAMi gives its own path to mig alone; a card in any other mode is placed as "
+        f"hami-core. {case.note}".strip(),
+    ))
+
+
+_QUOTA_MODES = {"device1": "hami", "device2": "hami", "device3": "hami", "device4": ""}
+_FILTER_MODES = {"device1": "hami", "device2": "", "device3": "hami", "device4": ""}
+
+MODES = [
+    *(_in_modes(case, _QUOTA_MODES, 2108) for case in hami_fit_cases.RESOURCE_QUOTA),
+    *(_in_modes(case, _FILTER_MODES, 634) for case in hami_fit_cases.FILTER),
+]
+
+ALL: Sequence[NodeCase] = [*CORDON, *MODES]
