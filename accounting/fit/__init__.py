@@ -36,7 +36,8 @@ hami.io/device-scoring-weights (always 1,1,1).
 Every vendor of the policy is placed on its own devices (docs/design.md §2.7). The loop above is
 the generic path; a vendor whose table entry names a rule of its own, or an NVIDIA node with a
 card in MIG mode, is placed by ``accounting.vendor_fit`` instead
-(``vendor_fit.needs_rules`` says which), its quota checked on the complete placement.
+(``vendor_fit.needs_rules`` says which): NVIDIA's quota priced card by card there too
+(``_QuotaWalk`` handed down), every vendor's checked on the complete placement.
 
 The package, one job a module, from the top floor down (.importlinter holds the floors):
 

@@ -117,8 +117,19 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _NodePlacement | str:
 def _place_by_rules(
     plan: _PodPlan, vendor_plan: _VendorPlan, columns: _NodeColumns
 ) -> list[tuple[vendor_fit.Pick, ...]] | vendor_fit.RuleFailure:
-    """accounting.vendor_fit's placement of one vendor, its quota checked on the complete
-    placement (``ResourceQuotaNotFit`` against all of the vendor's devices on the node)."""
+    """accounting.vendor_fit's placement of one vendor. NVIDIA's walk prices the quota card by
+    card, as HAMi's ``fitQuota`` does (``_QuotaWalk``, handed down); every vendor's quota is
+    then checked on the complete placement with what it charges (``ResourceQuotaNotFit``
+    against all of the vendor's devices on the node), which is the only check of the vendors
+    whose HAMi walk prices none."""
+    room = vendor_plan.quota_room
+    walk = None
+    if (
+        room is not None
+        and vendor_plan.spec.rule == "nvidia"
+        and not _always_within(vendor_plan, room, columns.memory_total)
+    ):
+        walk = _QuotaWalk(room, len(columns.devices))
     context = vendor_fit.RuleContext(
         vendor_plan.spec,
         plan.pod.annotations,
@@ -126,9 +137,9 @@ def _place_by_rules(
         columns.rank,
         plan.gpu_binpack,
         device_score,
+        quota=walk,
     )
     ruled = vendor_fit.place(context, vendor_plan.asks, columns.devices)
-    room = vendor_plan.quota_room
     if isinstance(ruled, vendor_fit.RuleFailure) or room is None:
         return ruled
     grants: list[tuple[DeviceGrant, ...]] = [()] * len(plan.pod.containers)

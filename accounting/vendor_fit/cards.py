@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from accounting import mig
 from accounting.amount import Amount
@@ -80,6 +81,22 @@ class Card:
             self.mig_in_use.append(grant.mig.placement)
 
 
+class CardQuota(Protocol):
+    """The namespace quota priced card by card (``accounting.fit``'s walk of it, handed down)."""
+
+    def added(self, p: int, memory_mib: int, core_percent: int) -> tuple[int, int, int]:
+        """What one more grant on the device at position ``p`` adds to the folded totals."""
+        ...
+
+    def fits(self, taken: Sequence[int], added: Sequence[int]) -> bool:
+        """Whether the placement so far, ``taken`` and one more ``added`` stay within."""
+        ...
+
+    def commit(self, is_init: bool, p: int, memory_mib: int, core_percent: int) -> None:
+        """Adds one grant of a container that fits, once its walk is done."""
+        ...
+
+
 Score = Callable[[int, int, int, int, int, int], float]
 """The fit's device score: (slots used, slots, cores used, cores, memory used, memory)."""
 
@@ -99,6 +116,9 @@ class RuleContext:
     """Enflame DRS: the node's profiles, smallest first (None: the node has none)."""
     drs_choice: DrsProfile | None = None
     """Enflame DRS: the profile of the ask being walked."""
+    quota: CardQuota | None = None
+    """NVIDIA: the quota priced per candidate card, as HAMi's ``fitQuota`` (None: no limit
+    could refuse a card here)."""
 
 
 @dataclass(frozen=True, slots=True)

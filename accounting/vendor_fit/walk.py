@@ -26,6 +26,7 @@ from accounting.reasons import (
     EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
     MODE_NOT_FIT,
     NODE_INSUFFICIENT_DEVICE,
+    RESOURCE_QUOTA_NOT_FIT,
     VENDOR_RULE_NOT_MODELLED,
     format_reasons,
 )
@@ -37,6 +38,7 @@ from accounting.vendor_data import (
 from accounting.vendor_fit.ascend import choose_ascend, collects_all, full_modules
 from accounting.vendor_fit.cards import (
     Card,
+    CardQuota,
     Pick,
     RuleContext,
     RuleFailure,
@@ -108,6 +110,9 @@ def place(
             walked = _walk(context, ask, ordered, earlier[ask.is_init], len(cards))
         if isinstance(walked, str):
             return RuleFailure(ask.order, walked)
+        if context.quota is not None:
+            for position, grant in walked:
+                context.quota.commit(ask.is_init, position, grant.memory_mib, grant.core_percent)
         if not ask.is_init:
             by_position = {card.position: card for card in cards}
             for position, grant in walked:
@@ -196,15 +201,22 @@ def _walk(
     collect_all = collects_all(context, ask, ordered)
     # Instances already chosen for this container, per card (HAMi's toAllocate on a revisit).
     chosen: dict[int, list[MigPlacement]] = {}
+    taken = [0, 0, 0]  # what this container's picks add to the quota's folded totals
     index = 0
     while index < len(ordered):
         card = ordered[index]
-        refusal, grant = _try(context, ask, card, chosen.get(card.position, []), earlier_uuids)
+        refusal, grant = _try(
+            context, ask, card, chosen.get(card.position, []), earlier_uuids, taken
+        )
         if refusal is not None:
             reasons[refusal] = reasons.get(refusal, 0) + 1
             index += 1
             continue
         assert grant is not None
+        if context.quota is not None:
+            added = _quota_added(context.quota, card, grant.memory_mib, grant.core_percent,
+                                 picks)
+            taken = [t + a for t, a in zip(taken, added, strict=True)]
         picks.append((card.position, grant))
         if grant.mig is not None:
             chosen.setdefault(card.position, []).append(grant.mig.placement)
@@ -229,14 +241,52 @@ def _walk(
     return format_reasons(reasons, devices_total)
 
 
+def _quota_added(
+    quota: CardQuota, card: Card, memory_mib: int, core_percent: int, picks: Sequence[Pick]
+) -> tuple[int, int, int]:
+    """What one more grant on ``card`` adds to the quota's totals; a card the container
+    already took (another instance of a MIG card) is no second device."""
+    memory, cores, devices = quota.added(card.position, memory_mib, core_percent)
+    if devices and any(position == card.position for position, _ in picks):
+        devices = 0
+    return memory, cores, devices
+
+
+def _quota_refused(
+    context: RuleContext,
+    ask: ContainerAsk,
+    card: Card,
+    chosen_here: Sequence[MigPlacement],
+    picks_taken: Sequence[int],
+    memory_mib: int,
+) -> bool:
+    """HAMi's ``fitQuota`` for one card: whether the pod's placement so far, what this
+    container took (``picks_taken``) and this card would pass the quota. A MIG card is priced
+    with the instance it would give (what is charged), or the request when none is left."""
+    quota = context.quota
+    assert quota is not None
+    cores = ask.demand.core_percent
+    if card.is_mig:
+        occupied = [*card.mig_in_use, *chosen_here]
+        choice = mig.choose_instance(card.state.device.mig_profiles, occupied, memory_mib)
+        if choice is not None:
+            memory_mib, cores = choice.memory_mib, choice.core_percent
+    memory, core_total, devices = quota.added(card.position, memory_mib, cores)
+    if chosen_here:
+        devices = 0
+    return not quota.fits(picks_taken, (memory, core_total, devices))
+
+
 def _try(
     context: RuleContext,
     ask: ContainerAsk,
     card: Card,
     chosen_here: Sequence[MigPlacement],
     earlier_uuids: Sequence[str],
+    taken: Sequence[int] = (0, 0, 0),
 ) -> tuple[str | None, DeviceGrant | None]:
-    """The first reason the card refuses the container, or the grant it would get."""
+    """The first reason the card refuses the container, or the grant it would get (``taken``:
+    what the container's picks so far add to the quota)."""
     spec = context.spec
     device = card.state.device
     demand = ask.demand
@@ -253,6 +303,10 @@ def _try(
         return EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, None
     if device.slots_total <= card.slots_used:
         return CARD_TIME_SLICING_EXHAUSTED, None
+    if context.quota is not None and _quota_refused(
+        context, ask, card, chosen_here, taken, demand.on_card(device.memory_total_mib).memory_mib
+    ):
+        return RESOURCE_QUOTA_NOT_FIT, None
     if spec.charge is Charge.CORE_MASK:
         return neuron_cores(spec, card, demand.core_percent)
     if spec.rule == "enflame-drs":

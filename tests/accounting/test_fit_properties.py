@@ -366,3 +366,62 @@ def test_fit_nodes_without_explanations_answers_as_fit_node_but_for_the_card_cou
             assert fitted == replace(explained, reason=NOT_EXPLAINED)
         else:
             assert fitted == explained
+
+
+
+@st.composite
+def quota_bound_pods(draw: st.DrawFn) -> Pod:
+    """Pods that leave MIG out (nvidia.com/vgpu-mode) and whose cards the quota often refuses
+    one by one: whole cards or large shares."""
+    containers = tuple(
+        Container(
+            f"c{i}",
+            draw(st.sampled_from([ContainerClass.APP, ContainerClass.APP, ContainerClass.INIT])),
+            (DeviceRequest("NVIDIA", draw(st.integers(1, 2)),
+                           draw(st.sampled_from([0, 1000, 3000])),
+                           draw(st.sampled_from([0, 50, 100])),
+                           draw(st.sampled_from([0, 10, 100]))),),
+        )
+        for i in range(draw(st.integers(1, 3)))
+    )
+    return Pod("uid", "team-a", "p", containers,
+               annotations={"nvidia.com/vgpu-mode": "hami-core"})
+
+
+@st.composite
+def free_nodes(draw: st.DrawFn) -> NodeState:
+    count = draw(st.integers(1, 3))
+    return NodeState("node1", tuple(
+        DeviceState(
+            Device(f"node1-g{i}", MODELS[0], i, 4, draw(st.sampled_from([1000, 2000, 6000, 8000])),
+                   100),
+            memory_used_mib=draw(st.sampled_from([0, 0, 500])),
+            slots_used=draw(st.integers(0, 1)),
+        )
+        for i in range(count)
+    ))
+
+
+memory_quotas = st.builds(
+    _quota,
+    st.sampled_from([1500, 2000, 3000, 5000, 7000, 10000]),
+    st.sampled_from([None, 150, 1000]),
+    st.sampled_from([None, 2, 3]),
+    st.booleans(),
+)
+
+
+@PROPERTY_SETTINGS
+@given(quota_bound_pods(), free_nodes(), gpu_policies, memory_quotas)
+def test_a_mig_card_the_pod_leaves_out_changes_no_placement(
+    pod: Pod, node: NodeState, gpu_policy: str, quota: QuotaContext | None
+) -> None:
+    # With a MIG card the node is placed by accounting.vendor_fit; a pod that leaves MIG out
+    # (nvidia.com/vgpu-mode) must get the cards the generic walk gives it without that card,
+    # the quota priced card by card on both paths.
+    mig_card = DeviceState(Device("node1-mig", "NVIDIA A100-SXM4-40GB", 3, 7, 40960, 100,
+                                  mode="mig"))
+    with_mig = NodeState(node.node_name, (*node.devices, mig_card))
+    walked = fit_node(pod, with_mig, gpu_policy=gpu_policy, quota=quota)
+    generic = fit_node(pod, node, gpu_policy=gpu_policy, quota=quota)
+    assert (walked.fits, walked.grants) == (generic.fits, generic.grants)

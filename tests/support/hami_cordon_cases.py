@@ -228,4 +228,54 @@ MODES = [
     *(_in_modes(case, _FILTER_MODES, 634) for case in hami_fit_cases.FILTER),
 ]
 
-ALL: Sequence[NodeCase] = [*CORDON, *MODES]
+
+# -- the quota walked card by card on a node with a MIG card (device.go Fit, fitQuota) ---------
+
+_MIXED = {
+    "node1": (
+        ModeCard("cardB", 0, memory_mib=2000),
+        ModeCard("cardA", 1, memory_mib=6000),
+        ModeCard("cardC", 2, memory_mib=40960, mode="mig"),
+    )
+}
+_WHOLE_CARD = [container("c", gpu(1, cores=100))]
+_HAMI_CORE = {"nvidia.com/vgpu-mode": "hami-core"}
+
+QUOTA_WALK = [
+    NodeCase(HamiCase(
+        "QW1 the quota refuses a card, the next one fits",
+        f"{DEVICE_CODE} Fit and fitQuota (lines 784, 666): derived, the quota is priced per "
+        "card on every NVIDIA node, one with a MIG card too",
+        _MIXED,
+        _WHOLE_CARD,
+        annotations=_HAMI_CORE,
+        quota={"limits.nvidia.com/gpumem": 2000},
+        want_node="node1",
+        want_uuids=[("cardB",)],
+        note="spread walks cardC (MIG, left out by vgpu-mode), cardA (its 6000 MiB pass the "
+        "2000 MiB quota), then cardB, which fits",
+    )),
+    NodeCase(HamiCase(
+        "QW2 the quota refuses every card the pod may take",
+        f"{DEVICE_CODE} Fit and fitQuota (lines 784, 666): derived, each card counted under "
+        "its own reason",
+        _MIXED,
+        _WHOLE_CARD,
+        annotations=_HAMI_CORE,
+        quota={"limits.nvidia.com/gpumem": 1500},
+        want_failed={"node1": "1/3 CardTypeMismatch, 2/3 ResourceQuotaNotFit"},
+    )),
+    NodeCase(HamiCase(
+        "QW3 a second container is priced on what the first took",
+        f"{DEVICE_CODE} fitQuota (line 666): derived, the placement so far counts",
+        _MIXED,
+        [container("a", gpu(1, mib=1500, cores=10)), container("b", gpu(1, mib=1000, cores=10))],
+        annotations=_HAMI_CORE,
+        quota={"limits.nvidia.com/gpumem": 2000},
+        want_failed={"node1": "1/3 CardTypeMismatch, 2/3 ResourceQuotaNotFit"},
+        note="the first container takes 1500 MiB of cardA; 1000 more on any card passes the "
+        "2000 MiB quota",
+    )),
+]
+
+ALL: Sequence[NodeCase] = [*CORDON, *MODES, *QUOTA_WALK]
