@@ -131,6 +131,9 @@ def _refusal(
         return codes.CARD_UUID_MISMATCH
     if card.slots_total <= card.slots_used:
         return codes.CARD_TIME_SLICING_EXHAUSTED
+    policy = annotations.get(keys.GPU_POLICY_ANNOTATION) or ""
+    if "mutex" in [part.strip() for part in policy.split(",")] and card.slots_used > 0:
+        return codes.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
     cores = min(request.core_percent, 100)
     if quota_allows is not None and not quota_allows(card, _memory(request, card, vendor), cores):
         return codes.RESOURCE_QUOTA_NOT_FIT

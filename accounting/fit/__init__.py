@@ -26,11 +26,12 @@ the literal deep-copy version; a property test pins both to the same answers.
 Device choice follows HAMi's NVIDIA Fit (docs/design.md §2.5).
 A device is refused with the first reason that applies, in this order: CardNotHealth,
 CardCordoned (NVIDIA: named by the node's hami.io/device-cordon, ``Device.cordoned``),
+ExclusiveDeviceAllocateConflict under the mutex GPU policy (a card with a task, after its slots),
 CardTypeMismatch (vendor, nvidia.com/use-gputype and nouse-gputype, nvidia.com/vgpu-mode),
 CardUuidMismatch (nvidia.com/use-gpuuuid and nouse-gpuuuid), CardTimeSlicingExhausted,
 ResourceQuotaNotFit (the namespace quota, checked per candidate card: ``_QuotaWalk``),
 CardInsufficientMemory, CardInsufficientCore, ExclusiveDeviceAllocateConflict,
-CardComputeUnitsExhausted. Not modelled: numa-bind, the mutex and topology GPU policies,
+CardComputeUnitsExhausted. Not modelled: numa-bind, the topology GPU policy,
 hami.io/device-scoring-weights (always 1,1,1).
 
 Every vendor of the policy is placed on its own devices (docs/design.md §2.7). The loop above is

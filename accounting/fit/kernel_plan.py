@@ -75,6 +75,11 @@ class FitPlan:
         return self._vendor_plan.quota_room
 
     @property
+    def mutex(self) -> bool:
+        """The pod's GPU policy names mutex (idle cards only): the reference fit places it."""
+        return self._plan.mutex
+
+    @property
     def selects_devices(self) -> bool:
         """The pod names devices by type, mode or UUID (``device_tables`` says which)."""
         return self._vendor_plan.device_filter is not None

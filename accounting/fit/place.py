@@ -138,6 +138,7 @@ def _place_by_rules(
         plan.gpu_binpack,
         device_score,
         quota=walk,
+        mutex=plan.mutex,
     )
     ruled = vendor_fit.place(context, vendor_plan.asks, columns.devices)
     if isinstance(ruled, vendor_fit.RuleFailure) or room is None:
@@ -181,6 +182,7 @@ def _place_vendor(
     else:
         allowed = _allowed(columns, vendor_name, vendor_plan.device_filter)
     binpack = plan.gpu_binpack
+    mutex = plan.mutex
     order: Sequence[int] = allowed[1] if binpack else allowed[2]
     vendor_devices = allowed[3]
     slots_total = columns.slots_total
@@ -234,6 +236,8 @@ def _place_vendor(
         for p in order:
             if slots_free[p] <= 0:
                 continue
+            if mutex and slots_free[p] < slots_total[p]:
+                continue
             need = memory_fixed if memory_fixed >= 0 else memory_total[p] * memory_percent // 100
             if quota is not None:
                 added = quota.added(p, need, cores)
@@ -271,6 +275,7 @@ def _place_vendor(
                 quota,
                 vendor_name,
                 vendor_devices,
+                mutex,
             )
         if quota is not None:
             for p in picks:

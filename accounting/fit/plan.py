@@ -14,7 +14,7 @@ from accounting import quota as quota_rules
 from accounting.annotations import GPU_POLICY_ANNOTATION
 from accounting.container_ask import ContainerAsk, container_ask
 from accounting.device_filter import DeviceFilter
-from accounting.fit.policies import BINPACK, _checked_policy, _resolve_policy
+from accounting.fit.policies import BINPACK, _checked_policy, _names_mutex, _resolve_policy
 from accounting.fit.quota_walk import QuotaContext
 from accounting.model import ContainerClass, Pod
 from accounting.vendor_spec import VendorSpec
@@ -47,6 +47,9 @@ class _PodPlan:
     vendor_plans: tuple[_VendorPlan, ...]
     """One per vendor the pod asks for, in policy order."""
     gpu_binpack: bool
+    mutex: bool = False
+    """The pod's GPU policy names mutex: a card with a task on it is refused
+    (ExclusiveDeviceAllocateConflict), after its time slices, as HAMi's every vendor does."""
     explain_refusals: bool = True
     """False: a container that fits no card, with no quota in play, refuses the node as
     NOT_EXPLAINED instead of with the per-card count (a caller that only wants the first node
@@ -66,9 +69,8 @@ class _PodPlan:
         quota: QuotaContext | None,
         explain_refusals: bool = True,
     ) -> _PodPlan:
-        gpu_policy = _resolve_policy(
-            pod.annotations.get(GPU_POLICY_ANNOTATION), _checked_policy("gpu_policy", gpu_policy)
-        )
+        annotation = pod.annotations.get(GPU_POLICY_ANNOTATION)
+        gpu_policy = _resolve_policy(annotation, _checked_policy("gpu_policy", gpu_policy))
         # Kubernetes starts app containers only after every init container and sidecar, so
         # they are fitted last even in a pod that lists them earlier: an init container is
         # pre-charged with the sidecars before it and nothing else.
@@ -112,6 +114,7 @@ class _PodPlan:
             pod=pod,
             vendor_plans=tuple(plans),
             gpu_binpack=gpu_policy == BINPACK,
+            mutex=_names_mutex(annotation),
             explain_refusals=explain_refusals,
         )
 

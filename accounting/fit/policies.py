@@ -25,6 +25,18 @@ def _resolve_policy(annotation: str | None, default: str) -> str:
     return default
 
 
+MUTEX = "mutex"
+"""The GPU policy that gives a pod idle cards only (a filter, not an order): HAMi reads it in
+any place of a comma-separated hami.io/gpu-scheduler-policy, each item trimmed."""
+
+
+def _names_mutex(annotation: str | None) -> bool:
+    """Whether the pod's GPU policy annotation names ``mutex`` (HAMi's ``PolicyContains``)."""
+    return annotation is not None and any(
+        part.strip() == MUTEX for part in annotation.split(",")
+    )
+
+
 def _checked_policy(name: str, value: str) -> str:
     lowered = value.strip().lower()
     if lowered not in POLICIES:

@@ -18,6 +18,7 @@ from accounting.fit.quota_walk import _QuotaWalk
 from accounting.reasons import (
     ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
     CARD_TIME_SLICING_EXHAUSTED,
+    EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
     RESOURCE_QUOTA_NOT_FIT,
     format_reasons,
 )
@@ -45,6 +46,7 @@ def _walk_reasons(
     quota: _QuotaWalk | None,
     vendor_name: str,
     vendor_devices: int,
+    mutex: bool = False,
 ) -> str:
     """Why one container fits nowhere on the node, as HAMi words it: every device of the
     vendor counted under the first reason that stopped it, and the cards that passed (picked
@@ -71,6 +73,8 @@ def _walk_reasons(
         reason: str | None = None
         if slots_free[p] <= 0:
             reason = CARD_TIME_SLICING_EXHAUSTED
+        elif mutex and slots_free[p] < capacity.slots:
+            reason = EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
         elif quota is not None:
             added = quota.added(p, ask.memory_on_card(capacity.memory_mib), ask.core_percent)
             if not quota.fits(taken, added):

@@ -119,6 +119,8 @@ class RuleContext:
     quota: CardQuota | None = None
     """NVIDIA: the quota priced per candidate card, as HAMi's ``fitQuota`` (None: no limit
     could refuse a card here)."""
+    mutex: bool = False
+    """The pod's GPU policy names mutex: a card with a task on it is refused."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -303,6 +303,8 @@ def _try(
         return EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, None
     if device.slots_total <= card.slots_used:
         return CARD_TIME_SLICING_EXHAUSTED, None
+    if context.mutex and card.slots_used > 0:
+        return EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, None
     if context.quota is not None and _quota_refused(
         context, ask, card, chosen_here, taken, demand.on_card(device.memory_total_mib).memory_mib
     ):

@@ -276,8 +276,9 @@ def test_every_row_the_kernel_fits_itself_gets_the_reference_verdict(
     cordoned = [any(d.device.cordoned for d in state.devices) for state in columns.states]
     assert columns.fields["kernel_ok"].tolist() == [not c for c in cordoned]
     # Nodes with MIG-mode cards are the vendor's own rules' (the kernel leaves them out).
+    # A mutex pod is the reference fit's on every node (FitPlan.mutex).
     generic = [
-        not plan.needs_rules(state.devices) and not c
+        not plan.needs_rules(state.devices) and not c and not plan.mutex
         for state, c in zip(columns.states, cordoned, strict=True)
     ]
 

@@ -278,4 +278,50 @@ QUOTA_WALK = [
     )),
 ]
 
-ALL: Sequence[NodeCase] = [*CORDON, *MODES, *QUOTA_WALK]
+
+# -- TestFit_MutexPolicy (device_test.go): the mutex GPU policy, idle cards only -------------
+
+_MUTEX_NODE = {
+    "node1": (
+        Card("used", 0, slots=10, memory_mib=8192, used_slots=1, used_mib=1000, used_cores=10),
+        Card("idle", 1, slots=10, memory_mib=8192),
+    )
+}
+_MUTEX = {"hami.io/gpu-scheduler-policy": "mutex"}
+
+MUTEX = [
+    NodeCase(HamiCase(
+        "MX1 mutex skips the used device",
+        f"{DEVICE_TEST} TestFit_MutexPolicy: 'mutex skips the used device and allocates only "
+        "the idle one' (line 2631)",
+        _MUTEX_NODE,
+        [container("c", gpu(1, mib=100, cores=10))],
+        annotations=_MUTEX,
+        want_node="node1",
+        want_uuids=[("idle",)],
+    )),
+    NodeCase(HamiCase(
+        "MX2 mutex cannot give 2 cards with one idle",
+        f"{DEVICE_TEST} TestFit_MutexPolicy: 'mutex cannot satisfy 2 cards when only one "
+        "device is idle' (line 2638)",
+        _MUTEX_NODE,
+        [container("c", gpu(2, mib=100, cores=10))],
+        annotations=_MUTEX,
+        want_failed={"node1": "1/2 AllocatedCardsInsufficientRequest, "
+                              "1/2 ExclusiveDeviceAllocateConflict"},
+        note="HAMi's test asserts only the refusal; the reason follows from its Fit (line 767)",
+    )),
+    NodeCase(HamiCase(
+        "MX3 mutex in a chain",
+        "pkg/util/util.go PolicyContains (line 290): derived, mutex anywhere in a "
+        "comma-separated policy, each item trimmed",
+        _MUTEX_NODE,
+        [container("c", gpu(1, mib=100, cores=10))],
+        annotations={"hami.io/gpu-scheduler-policy": "binpack, mutex"},
+        want_node="node1",
+        want_uuids=[("idle",)],
+        note="binpack alone would take the used card",
+    )),
+]
+
+ALL: Sequence[NodeCase] = [*CORDON, *MODES, *QUOTA_WALK, *MUTEX]
