@@ -17,7 +17,7 @@ from accounting.kube import node_json, pod_json
 from accounting.model import Device, DeviceState
 from accounting.vendors import NVIDIA_RESOURCES
 from bench.naive_fit import naive_fit_node
-from tests.accounting.test_hami_fit_cases import quota_context
+from tests.accounting.test_hami_fit_cases import assert_hami_fit, quota_context
 from tests.support import hami_cordon_cases
 from tests.support.hami_cordon_cases import NodeCase
 
@@ -36,12 +36,7 @@ def test_hami_cordon_case(case: NodeCase) -> None:
         quota=quota_context(hami),
     )
 
-    assert result.node_name == hami.want_node, result.message
-    if hami.want_node is None:
-        assert dict(result.failed_nodes) == dict(hami.want_failed)
-    if hami.want_uuids is not None:
-        granted = [tuple(g.uuid for g in grants) for grants in result.grants]
-        assert granted == [tuple(uuids) for uuids in hami.want_uuids]
+    assert_hami_fit(result, hami)
 
 
 @pytest.mark.parametrize("case", hami_cordon_cases.ALL, ids=lambda c: c.id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from accounting.fit import NodeState, QuotaContext, fit_node, fit_pod
+from accounting.fit import FitResult, NodeState, QuotaContext, fit_node, fit_pod
 from accounting.kube import pod_json
 from accounting.model import QuotaItem
 from accounting.quota import quota_items_from_limits
@@ -49,6 +49,11 @@ def test_hami_fit_case(case: HamiCase) -> None:
         pod, nodes(case), node_policy=case.node_policy, gpu_policy=case.gpu_policy, quota=quota
     )
 
+    assert_hami_fit(result, case)
+
+
+def assert_hami_fit(result: FitResult, case: HamiCase) -> None:
+    """The fit chose HAMi's node and cards, or refused with HAMi's reasons."""
     assert result.node_name == case.want_node, result.message
     if case.want_node is None:
         assert dict(result.failed_nodes) == dict(case.want_failed)

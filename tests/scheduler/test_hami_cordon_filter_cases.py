@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 
 from hami.accounting.v1 import usage_pb2
-from tests.scheduler.conftest import RPC_TIMEOUT_S, Recorder, Scheduler, bound_pod
-from tests.scheduler.test_hami_filter_cases import cards
+from tests.scheduler.conftest import RPC_TIMEOUT_S, Recorder, Scheduler
+from tests.scheduler.test_hami_filter_cases import assert_hami_answer, cards, record_used
 from tests.support import hami_cordon_cases
 from tests.support.hami_cordon_cases import NodeCase
 from tests.support.hami_fit_cases import NAMESPACE
-from tests.support.pods import app_container, to_json
+from tests.support.pods import to_json
 
 
 def seed(recorder: Recorder, case: NodeCase) -> None:
@@ -25,16 +25,7 @@ def seed(recorder: Recorder, case: NodeCase) -> None:
             usage_pb2.RegisterNodeRequest(kubernetes_node_json=to_json(case.kube_node(name))),
             timeout=RPC_TIMEOUT_S,
         )
-        for card in node_cards:
-            if not (card.used_slots or card.used_mib or card.used_cores):
-                continue
-            annotation = (
-                f"{card.uuid},NVIDIA,{card.used_mib},{card.used_cores},{card.used_slots}:;"
-            )
-            recorder.record(bound_pod(
-                f"used-{card.uuid}", name, annotation, namespace="elsewhere",
-                apps=[app_container("main", gpumem=max(card.used_mib, 1))],
-            ))
+        record_used(recorder, name, node_cards)
     if case.case.quota:
         recorder.set_quota(NAMESPACE, case.case.quota)
 
@@ -48,19 +39,7 @@ def test_hami_cordon_case_through_filter(recorder: Recorder, scheduler: Schedule
 
     response = scheduler.filter(pod, list(hami.nodes))
 
-    uid = pod["metadata"]["uid"]
-    if hami.want_node is None:
-        assert response.reason == "NoNodeFits", response.message
-        assert dict(response.failed_nodes) == dict(hami.want_failed)
-        assert not recorder.stored(uid).found
-        return
-    assert (response.reason, response.node_name) == ("Scheduled", hami.want_node), (
-        response.message
-    )
-    if hami.want_uuids is not None:
-        assert cards(response) == [tuple(u) for u in hami.want_uuids]
-    stored = recorder.stored(uid)
-    assert stored.found and stored.node_name == hami.want_node
+    assert_hami_answer(recorder, hami, pod, response)
 
 
 def test_a_cordoned_card_keeps_what_it_holds(recorder: Recorder, scheduler: Scheduler) -> None:

@@ -15,16 +15,16 @@ note says what it is. A case marked "derived" follows from HAMi's code (``Fit`` 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from accounting.annotations import DEVICE_CORDON_ANNOTATION, NODE_REGISTER_ANNOTATION
+from accounting.annotations import DEVICE_CORDON_ANNOTATION
 from accounting.kube import node_json
 from accounting.model import DeviceState
 from accounting.vendors import NVIDIA_RESOURCES
 from tests.support import hami_fit_cases
 from tests.support.hami_fit_cases import DEVICE_TEST, Card, HamiCase, Json, container, gpu
+from tests.support.pods import kube_node
 
 DEVICE_CODE = "pkg/device/nvidia/device.go"
 
@@ -43,19 +43,9 @@ class NodeCase:
 
     def kube_node(self, name: str) -> Json:
         """The node as the recorder's watch reads it."""
-        annotations = {
-            NODE_REGISTER_ANNOTATION: json.dumps(
-                [card.register_entry() for card in self.case.nodes[name]]
-            ),
-            **self.node_annotations.get(name, {}),
-        }
-        return {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name, "annotations": annotations},
-            "spec": {},
-            "status": {},
-        }
+        node = kube_node(name, [card.register_entry() for card in self.case.nodes[name]])
+        node["metadata"].setdefault("annotations", {}).update(self.node_annotations.get(name, {}))
+        return node
 
     def states(self, name: str) -> tuple[DeviceState, ...]:
         """The node's devices read from its JSON, each charged what the case's card uses."""
