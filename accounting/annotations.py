@@ -38,6 +38,9 @@ NOUSE_GPU_UUID_ANNOTATION = "nvidia.com/nouse-gpuuuid"
 """Comma-separated device UUIDs the pod must not use."""
 VGPU_MODE_ANNOTATION = "nvidia.com/vgpu-mode"
 """The sharing modes the pod accepts (hami-core, mig, mps)."""
+DEVICE_SCORING_WEIGHTS_ANNOTATION = "hami.io/device-scoring-weights"
+"""How much slots, cores and memory count in the device score that orders a node's devices
+for this pod, as ``slot=N,core=N,memory=N`` (all three, any order; 1 each without it)."""
 
 # -- our own ---------------------------------------------------------------------------------------
 

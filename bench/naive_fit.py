@@ -58,14 +58,33 @@ class _Card:
     memory_used: int
     cores_used: int
 
-    def score(self) -> float:
+    def score(self, weights: tuple[int, int, int] = (1, 1, 1)) -> float:
         if self.slots_total == 0 or self.cores_total == 0 or self.memory_total == 0:
             return 0.0
+        slot, core, memory = weights
+        if weights == (1, 1, 1):
+            return 10 * (
+                self.slots_used / self.slots_total
+                + self.cores_used / self.cores_total
+                + self.memory_used / self.memory_total
+            )
         return 10 * (
-            self.slots_used / self.slots_total
-            + self.cores_used / self.cores_total
-            + self.memory_used / self.memory_total
+            float(slot) * (self.slots_used / self.slots_total)
+            + float(core) * (self.cores_used / self.cores_total)
+            + float(memory) * (self.memory_used / self.memory_total)
         )
+
+
+def _weights(annotations: Mapping[str, str]) -> tuple[int, int, int]:
+    """hami.io/device-scoring-weights as (slot, core, memory); only well-formed values are
+    read here (the fit refuses the others before any node is tried)."""
+    value = annotations.get(keys.DEVICE_SCORING_WEIGHTS_ANNOTATION)
+    if value is None:
+        return (1, 1, 1)
+    pairs = dict(
+        (key.strip(), int(number)) for key, number in (e.split("=") for e in value.split(","))
+    )
+    return (pairs["slot"], pairs["core"], pairs["memory"])
 
 
 def _entries(value: str | None) -> list[str]:
@@ -161,10 +180,13 @@ def _fit_container(
     cards already chosen for this container."""
     if request.count > sum(1 for c in cards if c.vendor == vendor.vendor):
         return codes.NODE_INSUFFICIENT_DEVICE
+    weights = _weights(annotations)
     if binpack:
-        ordered = sorted(cards, key=lambda c: (c.score(), c.index, c.position), reverse=True)
+        ordered = sorted(
+            cards, key=lambda c: (c.score(weights), c.index, c.position), reverse=True
+        )
     else:
-        ordered = sorted(cards, key=lambda c: (c.score(), -c.index, -c.position))
+        ordered = sorted(cards, key=lambda c: (c.score(weights), -c.index, -c.position))
     chosen: list[_Card] = []
     reasons: dict[str, int] = {}
     for card in ordered:

@@ -19,7 +19,8 @@ ResourceQuotas by their ``spec.hard`` GPU keys.
   (about when it was taken), unless a length is given; an input without any timestamp gets
   ``DEFAULT_WINDOW_S``, and its pods all arrive at the start, in input order.
 * A malformed object is an ``InvalidInputError`` naming it (where it was, its kind, namespace and
-  name) and every bad field; nothing is replayed.
+  name) and every bad field; nothing is replayed. A pod asking for devices with a malformed
+  ``hami.io/device-scoring-weights`` is one: the scheduler refuses it at every Filter.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 from accounting import numbers
 from accounting.errors import FieldViolation, InvalidInputError
-from accounting.fit import pod_requests_devices
+from accounting.fit import pod_requests_devices, scoring_weights
 from accounting.kube.node_json import NodeRegistration, parse_node
 from accounting.kube.pod_json import DEFAULT_NAMESPACE, parse_pod
 from accounting.kube.quantity import QuantityError, describe, parse_quantity
@@ -145,6 +146,11 @@ class _Reader:
         if not pod_requests_devices(pod, self.vendor):
             self.skip(SKIPPED_GPU_LESS_POD)
             return
+        try:
+            # The scheduler refuses such a pod at every Filter; the replay says so up front.
+            scoring_weights(pod.annotations)
+        except InvalidInputError as error:
+            raise _named(error, label) from None
         found: list[FieldViolation] = []
         times = _Times(document, found)
         created = times.at(("metadata", "creationTimestamp"))

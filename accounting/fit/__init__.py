@@ -31,8 +31,9 @@ CardTypeMismatch (vendor, nvidia.com/use-gputype and nouse-gputype, nvidia.com/v
 CardUuidMismatch (nvidia.com/use-gpuuuid and nouse-gpuuuid), CardTimeSlicingExhausted,
 ResourceQuotaNotFit (the namespace quota, checked per candidate card: ``_QuotaWalk``),
 CardInsufficientMemory, CardInsufficientCore, ExclusiveDeviceAllocateConflict,
-CardComputeUnitsExhausted. Not modelled: numa-bind, the topology GPU policy,
-hami.io/device-scoring-weights (always 1,1,1).
+CardComputeUnitsExhausted. Devices are tried by HAMi's device score (``device_order``), its
+three used fractions weighed by the pod's hami.io/device-scoring-weights (``scoring_weights``;
+1, 1, 1 without it). Not modelled: numa-bind, the topology GPU policy.
 
 Every vendor of the policy is placed on its own devices (docs/design.md §2.7). The loop above is
 the generic path; a vendor whose table entry names a rule of its own, or an NVIDIA node with a
@@ -52,7 +53,8 @@ The package, one job a module, from the top floor down (.importlinter holds the 
 * ``quota_walk`` — the quota state and its walk per card; ``node_state`` — a candidate node
   and its columns;
 * ``answer`` — ``NodeFit``, ``FitResult`` and where they are written; ``device_order`` — the
-  device score and orders; ``policies`` — binpack and spread.
+  device score and orders; ``policies`` — binpack and spread; ``scoring_weights`` — the pod's
+  weights of the device score.
 
 One container's ask is ``accounting.container_ask.ContainerAsk``, beneath the fit and the
 vendors' rules, which read the same value. Callers import from ``accounting.fit``; the names
@@ -71,7 +73,7 @@ from accounting.annotations import (
 from accounting.container_ask import ContainerAsk
 from accounting.fit.answer import FitResult, JoinedScores, NodeFit, no_device_asked
 from accounting.fit.choose import fit_pod
-from accounting.fit.device_order import _device_order, _reposition, device_score
+from accounting.fit.device_order import _device_order, _reposition, device_score, weighted_score
 from accounting.fit.grants import placement_usage
 from accounting.fit.kernel_plan import (
     DeviceTables,
@@ -87,9 +89,16 @@ from accounting.fit.plan import pod_requests_devices
 from accounting.fit.policies import BINPACK, POLICIES, SPREAD, node_order_key, node_policy_for
 from accounting.fit.quota_walk import QuotaContext
 from accounting.fit.refusal import card_capacity_refusal
+from accounting.fit.scoring_weights import (
+    DEFAULT_WEIGHTS,
+    ScoringWeights,
+    parse_scoring_weights,
+    scoring_weights,
+)
 
 __all__ = [
     "BINPACK",
+    "DEFAULT_WEIGHTS",
     "GPU_POLICY_ANNOTATION",
     "NODE_POLICY_ANNOTATION",
     "NOUSE_GPU_TYPE_ANNOTATION",
@@ -107,6 +116,7 @@ __all__ = [
     "NodeFit",
     "NodeState",
     "QuotaContext",
+    "ScoringWeights",
     "_device_order",
     "_reposition",
     "answer_from_columns",
@@ -121,6 +131,9 @@ __all__ = [
     "no_device_asked",
     "node_order_key",
     "node_policy_for",
+    "parse_scoring_weights",
     "placement_usage",
     "pod_requests_devices",
+    "scoring_weights",
+    "weighted_score",
 ]

@@ -7,7 +7,12 @@ Layer: accounting (pure). The score is the only float in the fit; it orders, nev
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from accounting.fit.scoring_weights import ScoringWeights
+
+Score = Callable[[int, int, int, int, int, int], float]
+"""A device score: (slots used, slots, cores used, cores, memory used, memory) -> score."""
 
 
 def device_score(
@@ -30,6 +35,34 @@ def device_score(
     return 10 * (
         slots_used / slots_total + cores_used / cores_total + memory_used_mib / memory_total_mib
     )
+
+
+def weighted_score(weights: ScoringWeights) -> Score:
+    """The device score under the pod's weights: ``device_score`` itself for 1, 1, 1, else
+    10 × (slot × slots used fraction + core × cores + memory × memory), 0 when any total is
+    0 (HAMi's ComputeScore with ``hami.io/device-scoring-weights``). It orders the devices
+    only; the node score stays unweighted, as HAMi's."""
+    if weights.is_default:
+        return device_score
+    slot, core, memory = float(weights.slot), float(weights.core), float(weights.memory)
+
+    def score(
+        slots_used: int,
+        slots_total: int,
+        cores_used: int,
+        cores_total: int,
+        memory_used_mib: int,
+        memory_total_mib: int,
+    ) -> float:
+        if slots_total == 0 or cores_total == 0 or memory_total_mib == 0:
+            return 0.0
+        return 10 * (
+            slot * (slots_used / slots_total)
+            + core * (cores_used / cores_total)
+            + memory * (memory_used_mib / memory_total_mib)
+        )
+
+    return score
 
 
 def _device_order(

@@ -70,14 +70,17 @@ class FitPlan:
         return self._plan.gpu_binpack
 
     @property
+    def kernel_may_fit(self) -> bool:
+        """Whether a fast path may fit the pod: it tries every node's devices in the order
+        precomputed for all pods and refuses no card for being busy. False for a pod whose GPU
+        policy names mutex (idle cards only) or whose own device order differs (its
+        hami.io/device-scoring-weights): the reference fit places it, node by node."""
+        return self._plan.default_order and not self._plan.mutex
+
+    @property
     def quota_room(self) -> quota_rules.QuotaRoom | None:
         """What the namespace quota leaves the pod; None when no limit could refuse."""
         return self._vendor_plan.quota_room
-
-    @property
-    def mutex(self) -> bool:
-        """The pod's GPU policy names mutex (idle cards only): the reference fit places it."""
-        return self._plan.mutex
 
     @property
     def selects_devices(self) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from accounting import quota as quota_rules
 from accounting import vendor_fit
 from accounting.device_filter import DeviceFilter
-from accounting.fit.device_order import _reposition, device_score
+from accounting.fit.device_order import Score, _device_order, _reposition
 from accounting.fit.grants import _NodePlacement, _Placed, _Placement, placement_usage
 from accounting.fit.node_state import _Allowed, _NodeColumns
 from accounting.fit.plan import _always_within, _PodPlan, _VendorPlan
@@ -67,6 +67,28 @@ def _allowed(
         tuple(p for p in columns.spread_order if blocks[p] is None),
         sum(1 for d in columns.devices if d.device.vendor == vendor_name),
     )
+
+
+def _weighted_order(
+    columns: _NodeColumns, blocks: Sequence[str | None], score: Score, binpack: bool
+) -> tuple[list[int], list[float]]:
+    """The devices a pod may be given, in the order its own device score tries them (a pod
+    with scoring weights), and every device's score under it: the node's precomputed orders
+    are those of the default score."""
+    scores = [
+        score(
+            columns.slots_used[p],
+            columns.slots_total[p],
+            columns.cores_used[p],
+            columns.cores_total[p],
+            columns.memory_used[p],
+            columns.memory_total[p],
+        )
+        for p in range(len(columns.devices))
+    ]
+    by_rank = sorted(range(len(scores)), key=columns.rank.__getitem__)
+    order = [p for p in _device_order(by_rank, scores, binpack) if blocks[p] is None]
+    return order, scores
 
 
 def _place(plan: _PodPlan, columns: _NodeColumns) -> _NodePlacement | str:
@@ -136,7 +158,7 @@ def _place_by_rules(
         vendor_plan.device_filter,
         columns.rank,
         plan.gpu_binpack,
-        device_score,
+        plan.score,
         quota=walk,
         mutex=plan.mutex,
     )
@@ -183,7 +205,14 @@ def _place_vendor(
         allowed = _allowed(columns, vendor_name, vendor_plan.device_filter)
     binpack = plan.gpu_binpack
     mutex = plan.mutex
-    order: Sequence[int] = allowed[1] if binpack else allowed[2]
+    score_of = plan.score
+    order: Sequence[int]
+    base_scores: Sequence[float]
+    if plan.default_order:
+        order = allowed[1] if binpack else allowed[2]
+        base_scores = columns.device_scores
+    else:
+        order, base_scores = _weighted_order(columns, allowed[0], score_of, binpack)
     vendor_devices = allowed[3]
     slots_total = columns.slots_total
     memory_total = columns.memory_total
@@ -217,10 +246,10 @@ def _place_vendor(
         if moved is not None:
             if reordered is None:
                 order = reordered = list(order)
-                scores = list(columns.device_scores)
+                scores = list(base_scores)
             for p in moved:
                 total = slots_total[p]
-                scores[p] = device_score(
+                scores[p] = score_of(
                     total - slots_free[p],
                     total,
                     cores_total[p] - cores_free[p],

@@ -14,8 +14,10 @@ from accounting import quota as quota_rules
 from accounting.annotations import GPU_POLICY_ANNOTATION
 from accounting.container_ask import ContainerAsk, container_ask
 from accounting.device_filter import DeviceFilter
+from accounting.fit.device_order import Score, device_score, weighted_score
 from accounting.fit.policies import BINPACK, _checked_policy, _names_mutex, _resolve_policy
 from accounting.fit.quota_walk import QuotaContext
+from accounting.fit.scoring_weights import DEFAULT_WEIGHTS, ScoringWeights, scoring_weights
 from accounting.model import ContainerClass, Pod
 from accounting.vendor_spec import VendorSpec
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources, specs_for
@@ -54,6 +56,16 @@ class _PodPlan:
     """False: a container that fits no card, with no quota in play, refuses the node as
     NOT_EXPLAINED instead of with the per-card count (a caller that only wants the first node
     that fits)."""
+    weights: ScoringWeights = DEFAULT_WEIGHTS
+    """The pod's hami.io/device-scoring-weights (1, 1, 1 without it)."""
+    score: Score = device_score
+    """The device score under ``weights``, which orders the node's devices for the pod."""
+
+    @property
+    def default_order(self) -> bool:
+        """The node's devices are tried in the order precomputed for every pod (the default
+        weights): the fast paths' order."""
+        return self.weights.is_default
 
     @property
     def asks(self) -> tuple[ContainerAsk, ...]:
@@ -69,6 +81,13 @@ class _PodPlan:
         quota: QuotaContext | None,
         explain_refusals: bool = True,
     ) -> _PodPlan:
+        """The pod's plan.
+
+        Raises:
+            InvalidInputError: gpu_policy is neither binpack nor spread, or the pod's
+                hami.io/device-scoring-weights annotation is malformed.
+        """
+        weights = scoring_weights(pod.annotations)
         annotation = pod.annotations.get(GPU_POLICY_ANNOTATION)
         gpu_policy = _resolve_policy(annotation, _checked_policy("gpu_policy", gpu_policy))
         # Kubernetes starts app containers only after every init container and sidecar, so
@@ -116,6 +135,8 @@ class _PodPlan:
             gpu_binpack=gpu_policy == BINPACK,
             mutex=_names_mutex(annotation),
             explain_refusals=explain_refusals,
+            weights=weights,
+            score=weighted_score(weights),
         )
 
 

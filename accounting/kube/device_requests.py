@@ -443,8 +443,12 @@ class _ContainerReading:
             if not spec.exclusive_default:
                 return spec.resources.default_core_percent
             # NVIDIA's webhook: a bare count, or a whole card by percentage, is the whole
-            # device, so it also takes every core (no other pod may share it).
-            exclusive = raw_percent == WHOLE_CARD_PERCENT or not memory.present
+            # device, so it also takes every core (no other pod may share it). A percentage
+            # decides alone when present: 50 % shares the card even with no MiB asked.
+            if raw_percent is not None:
+                exclusive = raw_percent == WHOLE_CARD_PERCENT
+            else:
+                exclusive = not memory.present
             return EXCLUSIVE_CORE_PERCENT if exclusive else spec.resources.default_core_percent
         read = self.whole(cores, f"is in {_core_unit(spec)}", _core_suffix(spec))
         if read is None:

@@ -36,8 +36,9 @@ What it leaves to the reference fit (``fit_node``, node by node), so the answer 
 rows the table does not lay out in columns (``NodeTable`` ``kernel_ok``), the nodes a caller
 hands in as ``NodeState`` (read directly from the recorder), and nodes where the namespace
 quota could refuse a card (``FitPlan.always_within_quota`` is false: the quota is priced per
-card in walk order, which the reference does), and every node for a pod whose GPU policy names
-mutex (``FitPlan.mutex``). The chosen node's grants are always the
+card in walk order, which the reference does), and every node for a pod the kernel's one
+device order does not serve (``FitPlan.kernel_may_fit`` is false: a GPU policy naming mutex,
+or hami.io/device-scoring-weights of its own). The chosen node's grants are always the
 reference fit's, computed on that one node by ``answer_from_columns``: the kernel decides which
 nodes fit and which of them is best, and ``fit_node`` says how.
 """
@@ -125,8 +126,10 @@ def verdicts(plan: FitPlan, tables: DeviceTables, columns: Columns) -> ColumnVer
     are its tables over these columns (``candidate_fit.tables_for``)."""
     fields = columns.fields
     kernel_rows = fields["kernel_ok"].copy()
-    if plan.mutex:
-        kernel_rows[:] = False  # idle cards only: rare, left to the reference fit
+    if not plan.kernel_may_fit:
+        # Idle cards only (mutex) or a device order of its own (scoring weights): rare pods,
+        # every row to the reference fit.
+        kernel_rows[:] = False
     # Nodes the vendor's own rules fit (MIG-mode cards...) go to the reference fit: decided
     # once per set of (vendor, mode) pairs, which is all the decision reads.
     needs_rules = np.array(tables.rules_needed or (False,))

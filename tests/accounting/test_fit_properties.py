@@ -17,6 +17,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accounting.annotations import DEVICE_SCORING_WEIGHTS_ANNOTATION
 from accounting.fit import (
     GPU_POLICY_ANNOTATION,
     NOUSE_GPU_UUID_ANNOTATION,
@@ -116,6 +117,9 @@ def pods(draw: st.DrawFn) -> Pod:
             max_size=2,
         )
     )
+    weights = draw(st.sampled_from([None, "slot=1,core=1,memory=3", "slot=0, core=4,memory=1"]))
+    if weights is not None:  # the pod's own device order (hami.io/device-scoring-weights)
+        annotations[DEVICE_SCORING_WEIGHTS_ANNOTATION] = weights
     return Pod("uid", "team-a", "p", tuple(containers), annotations=annotations)
 
 

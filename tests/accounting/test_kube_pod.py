@@ -330,6 +330,45 @@ REQUEST_CASES = [
         {"nvidia.com/gpumem": "3000"},
         vendor=VendorResources(default_gpu_count=0),
     ),
+    *(
+        # HAMi's webhook gives every core to a container that sizes no share of the card:
+        # pkg/device/nvidia/device_test.go TestMutateAdmissionDefaultsExclusiveCore (v2.10.0,
+        # line 188), each case named as HAMi names it, then what follows from its code
+        # (defaultExclusiveCoreIfNeeded: a percentage, when written, decides alone).
+        RequestCase(f"HAMi exclusive core: {name}", limits, requests, want)
+        for name, limits, requests, want in [
+            ("exclusive via percentage",
+             {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "100"}, None,
+             nvidia(1, memory_percent=100, core_percent=100)),
+            ("exclusive via percentage in requests only",
+             None, {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "100"},
+             nvidia(1, memory_percent=100, core_percent=100)),
+            ("non-exclusive percentage",
+             {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"}, None,
+             nvidia(1, memory_percent=50)),
+            ("no memory fields defaults to exclusive",
+             {"nvidia.com/gpu": "1"}, None, nvidia(1, memory_percent=100, core_percent=100)),
+            ("explicit cores remains unchanged",
+             {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "70"}, None,
+             nvidia(1, memory_percent=100, core_percent=70)),
+            ("explicit cores in requests remains unchanged",
+             None, {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "55"},
+             nvidia(1, memory_percent=100, core_percent=55)),
+            ("memory size present treated as shareable",
+             {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8192"}, None,
+             nvidia(1, memory_mib=8192)),
+            ("(derived) a percentage above 100 is not the whole card's 100, so shared",
+             {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "150"}, None,
+             nvidia(1, memory_percent=100)),
+            ("(derived) a percentage of zero is written, so shared, sized as the whole card",
+             {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "0"}, None,
+             nvidia(1, memory_percent=100)),
+            ("(derived) a percentage beside MiB decides alone",
+             {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "40",
+              "nvidia.com/gpumem": "1000"}, None,
+             nvidia(1, memory_mib=1000, memory_percent=40)),
+        ]
+    ),
 ]
 
 

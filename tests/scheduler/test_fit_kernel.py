@@ -7,10 +7,11 @@ nodes: random inventories (models, modes, other vendors' devices, repeated index
 cards, used and overcommitted cards), pods with init containers, sidecars and apps (fixed
 memory, shares of a card, whole cards, 0 and 100 cores, several devices), the type, mode and
 UUID annotations, both node and GPU policies in the arguments and in the pod's annotations,
-the policy's memory factor and default memory, and quotas from none to tight. The chosen node,
-its grants, every failed node's reason, every score, the reason code and the message must be
-equal. A second property compares the kernel's own verdict per node (the rows it fits itself)
-with fit_node, so the columns are tested even where the answer would hide a difference. A
+the pod's device scoring weights (whose pods the kernel leaves to the reference), the policy's
+memory factor and default memory, and quotas from none to tight. The chosen node, its grants,
+every failed node's reason, every score, the reason code and the message must be equal. A
+second property compares the kernel's own verdict per node (the rows it fits itself) with
+fit_node, so the columns are tested even where the answer would hide a difference. A
 third draws clusters of alike nodes (copies of a few states under their own names and UUIDs),
 where the kernel fits one node per distinct state and hands its verdict to the others. A fourth
 pins the tables the plan hands the kernel (per model and mode, per UUID, per set of vendors and
@@ -25,6 +26,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from accounting.annotations import DEVICE_SCORING_WEIGHTS_ANNOTATION
 from accounting.device_filter import DeviceFilter
 from accounting.fit import (
     GPU_POLICY_ANNOTATION,
@@ -135,6 +137,8 @@ ANNOTATIONS = {
     USE_GPU_UUID_ANNOTATION: ["node-a-g1,node-b-g0", "node-c-g2", "node-a-g0, node-d-g3,"],
     NOUSE_GPU_UUID_ANNOTATION: ["node-a-g0", "node-b-g1,node-e-g0"],
     VGPU_MODE_ANNOTATION: ["hami-core", "mps", "hami-core,mps"],
+    DEVICE_SCORING_WEIGHTS_ANNOTATION: ["slot=1,core=1,memory=3", "core=0, memory=1, slot=5",
+                                        "slot=1,core=1,memory=1"],
 }
 
 
@@ -275,10 +279,10 @@ def test_every_row_the_kernel_fits_itself_gets_the_reference_verdict(
     # Every figure drawn fits the columns; a node with a cordoned card is left out.
     cordoned = [any(d.device.cordoned for d in state.devices) for state in columns.states]
     assert columns.fields["kernel_ok"].tolist() == [not c for c in cordoned]
-    # Nodes with MIG-mode cards are the vendor's own rules' (the kernel leaves them out).
-    # A mutex pod is the reference fit's on every node (FitPlan.mutex).
+    # Nodes with MIG-mode cards are the vendor's own rules' (the kernel leaves them out), and
+    # so is every node for a pod the kernel's device order does not serve (mutex, weights).
     generic = [
-        not plan.needs_rules(state.devices) and not c and not plan.mutex
+        plan.kernel_may_fit and not plan.needs_rules(state.devices) and not c
         for state, c in zip(columns.states, cordoned, strict=True)
     ]
 

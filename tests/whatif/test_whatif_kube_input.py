@@ -270,6 +270,15 @@ def test_resource_quotas_give_limits_and_the_tightest_one_binds() -> None:
             "cluster.json items[0]",
             "",
         ),
+        (
+            [{**pod("weighed"), "metadata": {
+                **pod("weighed")["metadata"],
+                "annotations": {"hami.io/device-scoring-weights": "slot=1,core=-1,memory=3"},
+            }}],
+            "cluster.json items[0] (Pod team-a/weighed)",
+            'metadata.annotations["hami.io/device-scoring-weights"]: "core" weight must not be '
+            "negative",
+        ),
     ],
     ids=[
         "a pod with a GPU memory quantity that is not one",
@@ -278,6 +287,7 @@ def test_resource_quotas_give_limits_and_the_tightest_one_binds() -> None:
         "a ResourceQuota with a GPU limit that is not a whole number",
         "a ResourceQuota with a GPU limit beyond what the recorder stores",
         "a list item that is not an object",
+        "a GPU pod whose device scoring weights the scheduler refuses",
     ],
 )
 def test_a_malformed_object_is_an_error_naming_it_and_the_field(

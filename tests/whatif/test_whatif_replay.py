@@ -140,3 +140,65 @@ def test_every_placement_is_what_fit_pod_chooses_over_every_node(
     assert checked["placed"] == result.placed > 0
     if rule is CountingRule.SUMMED:
         assert result.waited_over_threshold > 0 and result.refused
+
+
+def _weighted_pod(name: str, second: int, limits: dict[str, str],
+                  annotations: dict[str, str]) -> dict[str, object]:
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": "team-a", "uid": f"uid-{name}",
+            "creationTimestamp": f"2025-01-06T09:00:0{second}Z", "annotations": annotations,
+        },
+        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
+        "status": {},
+    }
+
+
+@pytest.mark.parametrize(
+    "weights, card", [(None, "gpu-a"), ("slot=1,core=1,memory=3", "gpu-b")]
+)
+def test_the_replay_orders_cards_by_the_pods_scoring_weights(
+    monkeypatch: pytest.MonkeyPatch, weights: str | None, card: str
+) -> None:
+    # gpu-a is busy in cores, gpu-b in memory: equal weights make gpu-a the busier card (binpack
+    # takes it), memory weighing 3 makes gpu-b the busier (hami.io/device-scoring-weights).
+    from accounting.annotations import NODE_REGISTER_ANNOTATION
+    from accounting.hami_codec import encode_node_register
+    from tests.builders import device
+
+    register = encode_node_register(
+        [device("gpu-a", mib=10000, index=0), device("gpu-b", mib=10000, index=1)]
+    )
+    node = {"kind": "Node", "metadata": {"name": "node-1",
+                                         "annotations": {NODE_REGISTER_ANNOTATION: register}}}
+    annotations = {"hami.io/gpu-scheduler-policy": "binpack"}
+    if weights is not None:
+        annotations["hami.io/device-scoring-weights"] = weights
+    objects = [
+        node,
+        _weighted_pod("cores", 0, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000",
+                                   "nvidia.com/gpucores": "90"},
+                      {"nvidia.com/use-gpuuuid": "gpu-a"}),
+        _weighted_pod("memory", 1, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "5000",
+                                    "nvidia.com/gpucores": "1"},
+                      {"nvidia.com/use-gpuuuid": "gpu-b"}),
+        _weighted_pod("weighed", 2, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000",
+                                     "nvidia.com/gpucores": "5"}, annotations),
+    ]
+    workload = read_workload([SourcedObject("cluster.json", {"kind": "List", "items": objects})],
+                             window_s=600)
+    place = replay_module._Replay.place
+    granted: dict[str, list[str]] = {}
+
+    def recording_place(
+        self: replay_module._Replay, live: object, chosen: NodeFit, now_s: int
+    ) -> None:
+        pod = self.pods[live.index].counted  # type: ignore[attr-defined]
+        granted[pod.name] = [g.uuid for grants in chosen.grants for g in grants]
+        place(self, live, chosen, now_s)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(replay_module._Replay, "place", recording_place)
+    replay(workload, CountingRule.SHRINK)
+
+    assert granted == {"cores": ["gpu-a"], "memory": ["gpu-b"], "weighed": [card]}
