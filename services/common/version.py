@@ -6,4 +6,4 @@ the manifests' image tags together); the releases before it are in releases.toml
 
 from __future__ import annotations
 
-VERSION = "0.3.0"
+VERSION = "0.4.0"

@@ -1,9 +1,10 @@
-"""The policy's fingerprint across releases: the ids release 0.2.0 computes, and what a field
-added after a release does to the id (nothing at its default, a new id away from it).
+"""The policy's fingerprint across releases: the ids releases 0.2.0 and 0.3.0 compute, and
+what a field added after a release does to the id (nothing at its default, a new id away from
+it).
 
-The table of ids was computed by release 0.2.0's own code (releases.toml's commit), so a daemon
-of 0.2.0 and one of this build take the same policy for the same policy; the rolling-update
-test (tests/e2e/test_rolling_update.py) runs the two side by side.
+Each table of ids was computed by that release's own code (releases.toml's commit), so a daemon
+of the release and one of this build take the same policy for the same policy; the
+rolling-update test (tests/e2e/test_rolling_update.py) runs them side by side.
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ IDS_AT_RELEASE: Mapping[str, Mapping[str, str]] = {
         "only Biren": "p-d06d57f2a691",
     },
 }
+# 0.3.0 changed no vendor table entry and no fingerprinted setting: its code computes the
+# same ids as 0.2.0's (this test passed on 0.3.0's own commit).
+IDS_AT_RELEASE = {**IDS_AT_RELEASE, "0.3.0": dict(IDS_AT_RELEASE["0.2.0"])}
 """Each release's ids of ``_policies()``, computed by that release's code."""
 
 

@@ -625,4 +625,4 @@ def test_example_overlay_takes_the_image_from_a_registry(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     images = {the_container(w)["image"] for w in workloads(rendered[VARIANTS[1].name])}
-    assert images == {"registry.example.com/hami/hami-accounting:0.3.0"}
+    assert images == {"registry.example.com/hami/hami-accounting:0.4.0"}
