@@ -18,7 +18,7 @@ chosen, in HAMi's order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 WING = 4
 """Cards per wing."""
@@ -91,3 +91,36 @@ def _interconnected(cards: Sequence[Card], count: int) -> tuple[int, ...]:
                         return quad
             return chosen
     return ()
+
+
+def node_score_term(used: Iterable[int], taken: Iterable[int]) -> int:
+    """HAMi's Kunlunxin term of the node score (``ScoreNode``, ``calcscore`` in
+    ``pkg/device/kunlun/topo.go``), added to a node's score when every device on it is a
+    Kunlunxin card: 3000, 2000, 1000 or 0 as the cards the pod takes (``taken``, by index)
+    split across the wings into one fragment fewer, as many, one more or two more than the
+    cards already in use (``used``); 1000 for any other difference.
+
+    A wing's cards count as a fragment value: 4 of them 0, exactly 1 of them 2, any other
+    number (0 included) 1; a set of cards is worth its two wings' values summed, and an empty
+    set 1. As in HAMi, the pod's cards are weighed on their own, not added to those in use.
+    """
+    delta = _fragments(set(taken)) - _fragments(set(used))
+    return _TERM_BY_DELTA.get(delta, 1000)
+
+
+_TERM_BY_DELTA = {-1: 3000, 0: 2000, 1: 1000, 2: 0}
+
+
+def _fragments(indices: set[int]) -> int:
+    if not indices:
+        return 1
+    left = sum(1 for index in indices if index < WING)
+    return _wing_value(left) + _wing_value(len(indices) - left)
+
+
+def _wing_value(cards: int) -> int:
+    if cards == WING:
+        return 0
+    if cards == 1:
+        return 2
+    return 1

@@ -35,7 +35,15 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from accounting.counting_rules import CountingRule, counted_pod
-from accounting.fit import NodeFit, NodeState, QuotaContext, fit_node, fit_nodes
+from accounting.fit import (
+    NodeFit,
+    NodeState,
+    QuotaContext,
+    adds_node_term,
+    fit_node,
+    fit_nodes,
+    node_order_key,
+)
 from accounting.ledger import Ledger, LedgerChange
 from accounting.lifecycle import StoredPod
 from accounting.model import Device, DeviceGrant, Pod
@@ -233,21 +241,31 @@ class _Replay:
         return True
 
     def first_fit(self, pod: Pod, nodes: Iterator[NodeState]) -> NodeFit | None:
-        """The first node, in the order given, the pod fits (None if none)."""
+        """The first node, in the order given, the pod fits (None if none); for a vendor with
+        a term of its own on the node score, the best of those that fit, as fit_pod chooses."""
         first = next(nodes, None)
         if first is None:
             return None
         quota = None
         if pod.namespace in self.quota_namespaces:
             quota = QuotaContext(self.ledger.namespace_items(pod.namespace), self.enforce_gpu_count)
-        for fit in fit_nodes(
+        fits = fit_nodes(
             pod,
             itertools.chain((first,), nodes),
             vendor=self.vendor,
             gpu_policy=self.settings.gpu_policy,
             quota=quota,
             explain_refusals=False,
-        ):
+        )
+        if adds_node_term(self.vendor.vendor):
+            # The vendor's term on the node score (accounting.fit.node_score) can reorder the
+            # nodes that fit: fit_pod's choice is the best of all of them.
+            policy = self.settings.node_policy
+            fitted = [fit for fit in fits if fit.fits]
+            if not fitted:
+                return None
+            return min(fitted, key=lambda f: node_order_key(f.score, f.node_name, policy))
+        for fit in fits:
             if fit.fits:
                 return fit
         return None

@@ -46,6 +46,8 @@ The package, one job a module, from the top floor down (.importlinter holds the 
 * ``kernel_plan`` — what a fast path is handed (``FitPlan``) and its node fit and answer;
   ``choose`` — ``fit_pod``, the node chosen among the candidates;
 * ``node_fit`` — ``fit_node`` and ``fit_nodes``, one node at a time;
+* ``node_score`` — the node's score with the pod placed (the default score plus a vendor's
+  term: Kunlunxin's wings, Ascend 910's network groups);
 * ``place`` — placing a pod on one node: static refusals, the generic walk, the vendor rules;
 * ``refusal`` — why a container fits nowhere (HAMi's per-device count); ``grants`` — what a
   placement grants and the usage it adds;
@@ -84,6 +86,7 @@ from accounting.fit.kernel_plan import (
     fitted_answer,
 )
 from accounting.fit.node_fit import fit_node, fit_nodes
+from accounting.fit.node_score import adds_node_term
 from accounting.fit.node_state import NodeState
 from accounting.fit.plan import pod_requests_devices
 from accounting.fit.policies import BINPACK, POLICIES, SPREAD, node_order_key, node_policy_for
@@ -119,6 +122,7 @@ __all__ = [
     "ScoringWeights",
     "_device_order",
     "_reposition",
+    "adds_node_term",
     "answer_from_columns",
     "card_capacity_refusal",
     "device_score",

@@ -25,7 +25,8 @@ class NodeFit:
     per device as HAMi words it ("1/4 AllocatedCardsInsufficientRequest, 3/4
     ResourceQuotaNotFit"), or NodeInsufficientDevice."""
     score: float
-    """The node score before the pod is added (HAMi's ComputeDefaultScore)."""
+    """The node score before the pod is added (HAMi's ComputeDefaultScore), plus, when the pod
+    fits, a vendor's term for the cards it takes (``accounting.fit.node_score``)."""
     grants: tuple[tuple[DeviceGrant, ...], ...]
     """One tuple per container position, in declaration order; () for a GPU-less container or
     when the pod does not fit."""

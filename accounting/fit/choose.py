@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from accounting.fit.answer import FitResult, _answer, no_device_asked
 from accounting.fit.grants import _grants, _NodePlacement
+from accounting.fit.node_score import placed_node_score
 from accounting.fit.node_state import NodeState
 from accounting.fit.place import _place
 from accounting.fit.plan import _PodPlan, _vendor_list
@@ -32,7 +33,8 @@ def fit_pod(
     """Chooses a node and its devices for a pod (HAMi's Filter, without side effects).
 
     Every node is tried. Among those that fit, binpack takes the highest node score (the
-    busiest node) and spread the lowest; equal scores go to the smaller node name, so the
+    busiest node, with a vendor's term for the cards the pod would take: ``node_score``) and
+    spread the lowest; equal scores go to the smaller node name, so the
     answer does not depend on the order of ``nodes``. The pod's hami.io/node-scheduler-policy
     and hami.io/gpu-scheduler-policy annotations win over the arguments.
 
@@ -58,7 +60,7 @@ def fit_pod(
         if isinstance(placement, str):
             failed[name] = placement
             continue
-        score = scores[name] = columns.node_score
+        score = scores[name] = placed_node_score(plan, columns, placement)
         key = sign * score
         if best_node is None or key < best_key or (key == best_key and name < best_name):
             best_key, best_name, best_node, best_placement = key, name, node, placement
@@ -66,7 +68,7 @@ def fit_pod(
     if best_node is None or best_placement is None:
         return _answer(pod, node_policy, len(nodes), None, failed, scores)
     columns = best_node._columns
-    chosen = (best_node.node_name, _grants(plan, columns, best_placement), columns.node_score)
+    chosen = (best_node.node_name, _grants(plan, columns, best_placement), scores[best_name])
     return _answer(pod, node_policy, len(nodes), chosen, failed, scores)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from accounting.fit.answer import NodeFit
 from accounting.fit.grants import _grants, placement_usage
+from accounting.fit.node_score import placed_node_score
 from accounting.fit.node_state import NodeState
 from accounting.fit.place import _place
 from accounting.fit.plan import _PodPlan, _vendor_list
@@ -30,7 +31,7 @@ def _fit_node(plan: _PodPlan, node: NodeState) -> NodeFit:
         node.node_name,
         True,
         "",
-        columns.node_score,
+        placed_node_score(plan, columns, placement),
         grants,
         placement_usage(plan.pod, grants),
     )

@@ -34,6 +34,7 @@ The package: ``walk`` (the walk and the node's refusals), the vendors' own steps
 and the steps every vendor takes on one).
 """
 
+from accounting.vendor_fit.ascend import network_term
 from accounting.vendor_fit.cards import (
     WHOLE_CARD_CORES,
     DrsProfile,
@@ -55,5 +56,6 @@ __all__ = [
     "Score",
     "drs_profile",
     "needs_rules",
+    "network_term",
     "place",
 ]

@@ -71,3 +71,43 @@ def full_modules(
         if len(members) == NPUS_PER_MODULE:
             chosen.extend(sorted(members, key=lambda p: cards[p[0]].state.device.index))
     return tuple(chosen)
+
+
+NETWORK_TERM_WEIGHT = 10
+"""HAMi's ``Ascend910NetworkWeight``."""
+
+
+def network_term(network_ids: Sequence[Sequence[str | None]]) -> float:
+    """HAMi's Ascend 910 term of the node score (``ScoreNode``): for each container, the
+    share of its NPUs in its fullest network group, summed over the containers and weighed
+    10, so a node where each container's NPUs share a network scores higher.
+
+    ``network_ids`` has, per container, each granted NPU's NetworkID (None: the NPU has none).
+    As in HAMi, an NPU without a NetworkID makes the whole term 0, and a NetworkID that does
+    not read as a number is left out of the count; a number is its whole part, as Go's
+    conversion of a float to an int. (HAMi counts JSON numbers only; the inventory keeps the
+    string "1" and the number 1 alike, so such a string counts here: docs/design.md §7.)
+    """
+    score = 0.0
+    for container in network_ids:
+        counts: dict[int, int] = {}
+        for value in container:
+            if value is None:
+                return 0.0
+            group = _group(value)
+            if group is not None:
+                counts[group] = counts.get(group, 0) + 1
+        total = sum(counts.values())
+        if total:
+            score += max(counts.values()) / total
+    return score * NETWORK_TERM_WEIGHT
+
+
+def _group(value: str) -> int | None:
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    if number != number or number in (float("inf"), float("-inf")):
+        return None
+    return int(number)

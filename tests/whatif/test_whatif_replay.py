@@ -202,3 +202,49 @@ def test_the_replay_orders_cards_by_the_pods_scoring_weights(
     replay(workload, CountingRule.SHRINK)
 
     assert granted == {"cores": ["gpu-a"], "memory": ["gpu-b"], "weighed": [card]}
+
+
+def test_the_replay_takes_fit_pods_node_when_a_vendor_term_reorders_the_nodes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kunlunxin cards: node b holds two pinned pods and a one, so b is the busier and the
+    first that fits in the default score's order; Kunlunxin's term on the node score makes a
+    the better node for a one-card pod (accounting.fit.node_score), as fit_pod over every node
+    says."""
+    from accounting.policy import policy_for
+
+    def kunlun_pod(name: str, second: int, pin: str | None) -> dict[str, object]:
+        annotations = {} if pin is None else {"hami.io/use-xpu-uuid": pin}
+        return _weighted_pod(name, second, {"kunlunxin.com/xpu": "1"}, annotations)
+
+    nodes = [{"kind": "Node", "metadata": {"name": name},
+              "status": {"capacity": {"kunlunxin.com/xpu": "8"},
+                         "allocatable": {"kunlunxin.com/xpu": "8"}}} for name in ("a", "b")]
+    objects = [
+        *nodes,
+        kunlun_pod("on-a", 0, "a-kunlun-0"),
+        kunlun_pod("on-b-0", 1, "b-kunlun-0"),
+        kunlun_pod("on-b-1", 2, "b-kunlun-1"),
+        kunlun_pod("free", 3, None),
+    ]
+    settings = ReplaySettings(policy=policy_for(["kunlun"]))
+    workload = read_workload([SourcedObject("cluster.json", {"kind": "List", "items": objects})],
+                             window_s=600, vendor=settings.policy.vendors[0])
+    place = replay_module._Replay.place
+    chosen_nodes: dict[str, str] = {}
+
+    def checked_place(
+        self: replay_module._Replay, live: object, chosen: NodeFit, now_s: int
+    ) -> None:
+        pod = self.pods[live.index].counted  # type: ignore[attr-defined]
+        states = [NodeState(n, self.ledger.node_states(n) or ()) for n in self.inventories]
+        reference = fit_pod(pod, states, vendor=self.vendor)
+        assert (chosen.node_name, chosen.grants) == (reference.node_name, reference.grants)
+        chosen_nodes[pod.name] = chosen.node_name
+        place(self, live, chosen, now_s)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(replay_module._Replay, "place", checked_place)
+    result = replay(workload, CountingRule.SHRINK, settings)
+
+    assert result.placed == 4
+    assert chosen_nodes == {"on-a": "a", "on-b-0": "b", "on-b-1": "b", "free": "a"}
