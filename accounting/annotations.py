@@ -27,7 +27,12 @@ BIND_PHASE_ANNOTATION = "hami.io/bind-phase"
 NODE_POLICY_ANNOTATION = "hami.io/node-scheduler-policy"
 """binpack or spread across nodes, for this pod."""
 GPU_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"
-"""binpack or spread across the GPUs of a node, for this pod."""
+"""How the GPUs of a node are chosen for this pod: binpack, spread, numa, mutex or
+topology-aware, or a comma-separated chain of them (accounting.gpu_order says how each orders
+the cards)."""
+NUMA_BIND_ANNOTATION = "nvidia.com/numa-bind"
+"""true (any spelling Go's ParseBool reads as true): a container's NVIDIA cards all come from
+one NUMA node."""
 USE_GPU_TYPE_ANNOTATION = "nvidia.com/use-gputype"
 """Comma-separated GPU models the pod may use (substring match, any case)."""
 NOUSE_GPU_TYPE_ANNOTATION = "nvidia.com/nouse-gputype"

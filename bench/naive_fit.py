@@ -49,6 +49,7 @@ class _Card:
     vendor: str
     mode: str
     index: int
+    numa: int
     healthy: bool
     cordoned: bool
     slots_total: int
@@ -91,12 +92,53 @@ def _entries(value: str | None) -> list[str]:
     return [] if value is None else [e.strip() for e in value.split(",") if e.strip()]
 
 
-def _policy(annotation: str | None, default: str) -> str:
-    if annotation is not None:
-        first = annotation.split(",")[0].strip().lower()
-        if first in ("binpack", "spread"):
-            return first
-    return default.strip().lower()
+def _less(a: _Card, b: _Card, policy: str, numa_bind: bool, weights: tuple[int, int, int]) -> bool:
+    """HAMi's DeviceUsageList.Less, read literally (the list is walked from its end)."""
+    sa, sb = a.score(weights), b.score(weights)
+    if "," in policy or policy == "numa":
+        chain: list[str] = []
+        for word in policy.split(","):
+            word = word.strip()
+            if word in ("binpack", "spread", "numa") and word not in chain:
+                chain.append(word)
+        if not chain:
+            chain = ["spread"]
+        if numa_bind and chain[0] != "numa":
+            chain = ["numa"] + [w for w in chain if w != "numa"]
+        for word in chain:
+            if word == "binpack" and sa != sb:
+                return sa < sb
+            if word == "spread" and sa != sb:
+                return sa > sb
+            if word == "numa" and a.numa != b.numa:
+                return a.numa < b.numa
+        return a.index < b.index
+    if policy == "mutex":
+        if a.slots_used != b.slots_used:
+            return a.slots_used > b.slots_used
+        return a.numa < b.numa
+    binpack = policy == "binpack"
+    if numa_bind:
+        if binpack:
+            return sa < sb if a.numa == b.numa else a.numa > b.numa
+        return sa > sb if a.numa == b.numa else a.numa < b.numa
+    if sa != sb:
+        return sa < sb if binpack else sa > sb
+    return a.numa < b.numa
+
+
+def _walk_order(
+    cards: list[_Card], policy: str, numa_bind: bool, weights: tuple[int, int, int]
+) -> list[_Card]:
+    """HAMi's sort of the node's list (index order to start with; a stable sort keeps equal
+    cards so), then its walk from the end."""
+    listed = sorted(cards, key=lambda c: (c.index, c.position))
+    for i in range(1, len(listed)):  # insertion sort: stable, as Go's for short lists
+        j = i
+        while j > 0 and _less(listed[j], listed[j - 1], policy, numa_bind, weights):
+            listed[j - 1], listed[j] = listed[j], listed[j - 1]
+            j -= 1
+    return listed[::-1]
 
 
 def _request(container: Container, vendor: VendorResources) -> DeviceRequest | None:
@@ -172,28 +214,37 @@ def _fit_container(
     request: DeviceRequest,
     annotations: Mapping[str, str],
     vendor: VendorResources,
-    binpack: bool,
+    policy: str,
     quota_allows: Callable[[list[_Card], _Card, int, int], bool] | None,
 ) -> list[_Card] | str:
     """Chosen cards (not yet charged), or the aggregated reason. HAMi walks every card in
     order and counts each under the first check it fails; the quota test of a card sees the
-    cards already chosen for this container."""
+    cards already chosen for this container. With nvidia.com/numa-bind on an NVIDIA request
+    the choice starts again at every NUMA node the walk enters after the type check."""
     if request.count > sum(1 for c in cards if c.vendor == vendor.vendor):
         return codes.NODE_INSUFFICIENT_DEVICE
     weights = _weights(annotations)
-    if binpack:
-        ordered = sorted(
-            cards, key=lambda c: (c.score(weights), c.index, c.position), reverse=True
-        )
-    else:
-        ordered = sorted(cards, key=lambda c: (c.score(weights), -c.index, -c.position))
+    numa_bind = annotations.get("nvidia.com/numa-bind") in ("1", "t", "T", "TRUE", "true", "True")
+    ordered = _walk_order(cards, policy, numa_bind, weights)
+    numa = numa_bind and vendor.vendor == "NVIDIA"
+    previous_numa = -1
     chosen: list[_Card] = []
     reasons: dict[str, int] = {}
     for card in ordered:
         test: QuotaTest | None = None
         if quota_allows is not None:
-            test = lambda c, mib, cores, q=quota_allows: q(chosen, c, mib, cores)  # noqa: E731
+            test = lambda c, mib, cores, q=quota_allows, ch=chosen: q(ch, c, mib, cores)  # noqa: E731
         refusal = _refusal(card, request, annotations, vendor, test)
+        before_numa = refusal in (
+            codes.CARD_NOT_HEALTH, codes.CARD_CORDONED, codes.CARD_TYPE_MISMATCH
+        )
+        if numa and not before_numa and previous_numa != card.numa:
+            if chosen:
+                reasons[codes.NUMA_NOT_FIT] = reasons.get(codes.NUMA_NOT_FIT, 0) + len(chosen)
+            chosen.clear()
+            previous_numa = card.numa
+            # The quota sees this NUMA node's cards only: checked again with none chosen.
+            refusal = _refusal(card, request, annotations, vendor, test)
         if refusal is not None:
             reasons[refusal] = reasons.get(refusal, 0) + 1
             continue
@@ -214,7 +265,9 @@ def naive_fit_node(
     quota: fit.QuotaContext | None = None,
 ) -> fit.NodeFit:
     """Same contract as accounting.fit.fit_node, computed with a deep copy per pass."""
-    binpack = _policy(pod.annotations.get(keys.GPU_POLICY_ANNOTATION), gpu_policy) == "binpack"
+    policy = pod.annotations.get(keys.GPU_POLICY_ANNOTATION)
+    if policy is None:
+        policy = gpu_policy.strip().lower()
     original = [
         _Card(
             position,
@@ -223,6 +276,7 @@ def naive_fit_node(
             state.device.vendor,
             state.device.mode,
             state.device.index,
+            state.device.numa,
             state.device.healthy,
             state.device.info("hami.io/device-cordon") == "true",
             state.device.slots_total,
@@ -264,7 +318,7 @@ def naive_fit_node(
         quota_allows = None
         if quota is not None:
             quota_allows = _quota_test(pod, grants, position, vendor, quota)
-        chosen = _fit_container(cards, request, pod.annotations, vendor, binpack, quota_allows)
+        chosen = _fit_container(cards, request, pod.annotations, vendor, policy, quota_allows)
         if isinstance(chosen, str):
             return refused(chosen)
         cores = min(request.core_percent, 100)

@@ -31,9 +31,12 @@ CardTypeMismatch (vendor, nvidia.com/use-gputype and nouse-gputype, nvidia.com/v
 CardUuidMismatch (nvidia.com/use-gpuuuid and nouse-gpuuuid), CardTimeSlicingExhausted,
 ResourceQuotaNotFit (the namespace quota, checked per candidate card: ``_QuotaWalk``),
 CardInsufficientMemory, CardInsufficientCore, ExclusiveDeviceAllocateConflict,
-CardComputeUnitsExhausted. Devices are tried by HAMi's device score (``device_order``), its
-three used fractions weighed by the pod's hami.io/device-scoring-weights (``scoring_weights``;
-1, 1, 1 without it). Not modelled: numa-bind, the topology GPU policy.
+CardComputeUnitsExhausted. Devices are tried in the order of the pod's GPU policy
+(``accounting.gpu_order``: binpack, spread, mutex, numa and their chains, ties by NUMA node and
+index) by HAMi's device score (``device_order``), its three used fractions weighed by the pod's
+hami.io/device-scoring-weights (``scoring_weights``; 1, 1, 1 without it); with
+nvidia.com/numa-bind an NVIDIA container's cards come from one NUMA node (NumaNotFit). Not
+modelled: the topology GPU policy.
 
 Every vendor of the policy is placed on its own devices (docs/design.md §2.7). The loop above is
 the generic path; a vendor whose table entry names a rule of its own, or an NVIDIA node with a

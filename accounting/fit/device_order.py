@@ -66,14 +66,15 @@ def weighted_score(weights: ScoringWeights) -> Score:
 
 
 def _device_order(
-    index_descending: Sequence[int], scores: Sequence[float], binpack: bool
+    by_rank: Sequence[int], scores: Sequence[float], binpack: bool
 ) -> list[int]:
     """Device positions in the order the fit tries them: binpack the busiest card first,
-    spread the least busy; Python's sort is stable (also with reverse), keeping index ties.
+    spread the least busy; Python's sort is stable (also with reverse), keeping rank ties.
 
     Equivalently: ascending by (-score, rank) under binpack and (score, rank) under spread,
-    rank being the place in ``index_descending`` — the total order ``_reposition`` keeps."""
-    return sorted(index_descending, key=scores.__getitem__, reverse=binpack)
+    rank being the place in ``by_rank`` (NUMA node, then index) — the total order
+    ``_reposition`` keeps."""
+    return sorted(by_rank, key=scores.__getitem__, reverse=binpack)
 
 
 def _reposition(

@@ -73,7 +73,8 @@ class FitPlan:
     def kernel_may_fit(self) -> bool:
         """Whether a fast path may fit the pod: it tries every node's devices in the order
         precomputed for all pods and refuses no card for being busy. False for a pod whose GPU
-        policy names mutex (idle cards only) or whose own device order differs (its
+        policy names mutex (idle cards only) or whose own device order differs (a policy
+        chain not led by binpack or spread, nvidia.com/numa-bind, its
         hami.io/device-scoring-weights): the reference fit places it, node by node."""
         return self._plan.default_order and not self._plan.mutex
 

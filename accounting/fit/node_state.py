@@ -31,10 +31,12 @@ class _NodeColumns:
         "cores_used",
         "device_scores",
         "devices",
+        "index_rank",
         "memory_free",
         "memory_total",
         "memory_used",
         "node_score",
+        "numas",
         "rank",
         "rules_needed",
         "slots_free",
@@ -96,18 +98,27 @@ class _NodeColumns:
             sum(memory_used),
             sum(memory_total),
         )
-        # Ties between equally scored devices go to the higher index, under both policies:
-        # HAMi sorts an index-ordered list stably and then walks it from the end.
+        # Ties between equally scored devices go to the higher NUMA node, then the higher
+        # index, under both policies (accounting.gpu_order: HAMi's sort, walked from its end);
+        # a policy chain breaks them by index alone.
         index_descending = sorted(
             range(len(devices)), key=lambda p: (devices[p].device.index, p), reverse=True
         )
-        rank = [0] * len(devices)
+        index_rank = [0] * len(devices)
         for position, p in enumerate(index_descending):
+            index_rank[p] = position
+        numa_descending = sorted(
+            index_descending, key=lambda p: devices[p].device.numa, reverse=True
+        )
+        rank = [0] * len(devices)
+        for position, p in enumerate(numa_descending):
             rank[p] = position
-        # Device position -> its place in the index tie-break (0 is tried first on a tie).
+        # Device position -> its place in the tie-break (0 is tried first on a tie).
         self.rank = tuple(rank)
-        self.binpack_order = tuple(_device_order(index_descending, scores, True))
-        self.spread_order = tuple(_device_order(index_descending, scores, False))
+        self.index_rank = tuple(index_rank)
+        self.numas = tuple(state.device.numa for state in devices)
+        self.binpack_order = tuple(_device_order(numa_descending, scores, True))
+        self.spread_order = tuple(_device_order(numa_descending, scores, False))
         # Static refusals and the orders without refused devices, per vendor, for pods without
         # device-selection annotations; filled on first use. A benign race under threads: both
         # writers store the same value.

@@ -7,12 +7,13 @@ Layer: accounting (pure).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 from accounting import quota as quota_rules
 from accounting import vendor_fit
 from accounting.device_filter import DeviceFilter
-from accounting.fit.device_order import Score, _device_order, _reposition
+from accounting.fit.device_order import Score, _reposition
 from accounting.fit.grants import _NodePlacement, _Placed, _Placement, placement_usage
 from accounting.fit.node_state import _Allowed, _NodeColumns
 from accounting.fit.plan import _always_within, _PodPlan, _VendorPlan
@@ -69,26 +70,39 @@ def _allowed(
     )
 
 
-def _weighted_order(
-    columns: _NodeColumns, blocks: Sequence[str | None], score: Score, binpack: bool
+def _pod_order(
+    plan: _PodPlan, columns: _NodeColumns, blocks: Sequence[str | None]
 ) -> tuple[list[int], list[float]]:
-    """The devices a pod may be given, in the order its own device score tries them (a pod
-    with scoring weights), and every device's score under it: the node's precomputed orders
-    are those of the default score."""
-    scores = [
+    """The devices a pod may be given, in the order its own policy and device score try them
+    (a pod whose order is not one the node keeps ready), and every device's score under its
+    weights."""
+    scores = _scores(plan.score, columns, columns.slots_used, columns.cores_used,
+                     columns.memory_used)
+    key = plan.order.key_of(
+        scores, columns.numas, columns.slots_used, columns.rank, columns.index_rank
+    )
+    order = sorted((p for p in range(len(scores)) if blocks[p] is None), key=key)
+    return order, scores
+
+
+def _scores(
+    score: Score,
+    columns: _NodeColumns,
+    slots_used: Sequence[int],
+    cores_used: Sequence[int],
+    memory_used: Sequence[int],
+) -> list[float]:
+    return [
         score(
-            columns.slots_used[p],
+            slots_used[p],
             columns.slots_total[p],
-            columns.cores_used[p],
+            cores_used[p],
             columns.cores_total[p],
-            columns.memory_used[p],
+            memory_used[p],
             columns.memory_total[p],
         )
         for p in range(len(columns.devices))
     ]
-    by_rank = sorted(range(len(scores)), key=columns.rank.__getitem__)
-    order = [p for p in _device_order(by_rank, scores, binpack) if blocks[p] is None]
-    return order, scores
 
 
 def _place(plan: _PodPlan, columns: _NodeColumns) -> _NodePlacement | str:
@@ -157,7 +171,8 @@ def _place_by_rules(
         plan.pod.annotations,
         vendor_plan.device_filter,
         columns.rank,
-        plan.gpu_binpack,
+        columns.index_rank,
+        plan.order,
         plan.score,
         quota=walk,
         mutex=plan.mutex,
@@ -212,7 +227,14 @@ def _place_vendor(
         order = allowed[1] if binpack else allowed[2]
         base_scores = columns.device_scores
     else:
-        order, base_scores = _weighted_order(columns, allowed[0], score_of, binpack)
+        order, base_scores = _pod_order(plan, columns, allowed[0])
+    # An order by the score, ties by rank, is fixed up device by device after a container
+    # charges cards; any other is sorted again.
+    slides = plan.order.precomputed
+    # nvidia.com/numa-bind: a container's NVIDIA cards come from one NUMA node; the walk
+    # starts again at each NUMA node it enters (the order keeps them together).
+    numa_groups = plan.order.numa_bind and vendor_name == NVIDIA
+    numas = columns.numas
     vendor_devices = allowed[3]
     slots_total = columns.slots_total
     memory_total = columns.memory_total
@@ -257,12 +279,27 @@ def _place_vendor(
                     memory_total[p] - memory_free[p],
                     memory_total[p],
                 )
-                _reposition(reordered, p, scores, columns.rank, binpack)
+                if slides:
+                    _reposition(reordered, p, scores, columns.rank, binpack)
+            if not slides:
+                tasks = list(map(operator.sub, slots_total, slots_free))
+                reordered.sort(
+                    key=plan.order.key_of(
+                        scores, numas, tasks, columns.rank, columns.index_rank
+                    )
+                )
             moved = None
         picks: list[int] = []
         remaining = count
         taken = [0, 0, 0]  # what this container's picks add to the quota's folded totals
+        numa_now: int | None = None
         for p in order:
+            if numa_groups and numas[p] != numa_now:
+                numa_now = numas[p]
+                if picks:
+                    picks = []
+                    remaining = count
+                    taken = [0, 0, 0]
             if slots_free[p] <= 0:
                 continue
             if mutex and slots_free[p] < slots_total[p]:
@@ -298,13 +335,21 @@ def _place_vendor(
             return ask.order, _walk_reasons(
                 ask,
                 allowed[0],
-                order,
+                (
+                    _numa_walk(
+                        plan, columns, allowed[0],
+                        base_scores if reordered is None else scores, slots_free,
+                    )
+                    if numa_groups
+                    else order
+                ),
                 columns,
                 (slots_free, memory_free, cores_free),
                 quota,
                 vendor_name,
                 vendor_devices,
                 mutex,
+                numa_groups,
             )
         if quota is not None:
             for p in picks:
@@ -319,3 +364,20 @@ def _place_vendor(
             moved = picks
         placement.append(picks)
     return placement
+
+
+
+def _numa_walk(
+    plan: _PodPlan,
+    columns: _NodeColumns,
+    blocks: Sequence[str | None],
+    scores: Sequence[float],
+    slots_free: Sequence[int],
+) -> list[int]:
+    """The walk of a numa-bind pod's failing container for its reasons: the devices of its
+    order with those refused by UUID among them, since HAMi's walk enters a device's NUMA node
+    before it checks the UUID (on the container's current scores and tasks)."""
+    tasks = list(map(operator.sub, columns.slots_total, slots_free))
+    key = plan.order.key_of(scores, columns.numas, tasks, columns.rank, columns.index_rank)
+    walked = (p for p, block in enumerate(blocks) if block in (None, CARD_UUID_MISMATCH))
+    return sorted(walked, key=key)

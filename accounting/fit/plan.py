@@ -15,9 +15,10 @@ from accounting.annotations import GPU_POLICY_ANNOTATION
 from accounting.container_ask import ContainerAsk, container_ask
 from accounting.device_filter import DeviceFilter
 from accounting.fit.device_order import Score, device_score, weighted_score
-from accounting.fit.policies import BINPACK, _checked_policy, _names_mutex, _resolve_policy
+from accounting.fit.policies import BINPACK, _checked_policy, _names_mutex
 from accounting.fit.quota_walk import QuotaContext
 from accounting.fit.scoring_weights import DEFAULT_WEIGHTS, ScoringWeights, scoring_weights
+from accounting.gpu_order import GpuOrder, gpu_order
 from accounting.model import ContainerClass, Pod
 from accounting.vendor_spec import VendorSpec
 from accounting.vendors import NVIDIA_RESOURCES, VendorResources, specs_for
@@ -48,7 +49,8 @@ class _PodPlan:
     pod: Pod
     vendor_plans: tuple[_VendorPlan, ...]
     """One per vendor the pod asks for, in policy order."""
-    gpu_binpack: bool
+    order: GpuOrder
+    """The order the pod's GPU policy tries a node's devices in (accounting.gpu_order)."""
     mutex: bool = False
     """The pod's GPU policy names mutex: a card with a task on it is refused
     (ExclusiveDeviceAllocateConflict), after its time slices, as HAMi's every vendor does."""
@@ -62,10 +64,16 @@ class _PodPlan:
     """The device score under ``weights``, which orders the node's devices for the pod."""
 
     @property
+    def gpu_binpack(self) -> bool:
+        """The pod's devices are tried busiest first (its order's first key)."""
+        return self.order.binpack
+
+    @property
     def default_order(self) -> bool:
-        """The node's devices are tried in the order precomputed for every pod (the default
-        weights): the fast paths' order."""
-        return self.weights.is_default
+        """The node's devices are tried in an order precomputed for every pod (binpack or
+        spread by the default device score, ties by NUMA node and index, no NUMA grouping):
+        the fast paths' order."""
+        return self.weights.is_default and self.order.precomputed
 
     @property
     def asks(self) -> tuple[ContainerAsk, ...]:
@@ -84,12 +92,12 @@ class _PodPlan:
         """The pod's plan.
 
         Raises:
-            InvalidInputError: gpu_policy is neither binpack nor spread, or the pod's
-                hami.io/device-scoring-weights annotation is malformed.
+            InvalidInputError: gpu_policy (the daemon's default) is neither binpack nor
+                spread, or the pod's hami.io/device-scoring-weights annotation is malformed.
         """
         weights = scoring_weights(pod.annotations)
         annotation = pod.annotations.get(GPU_POLICY_ANNOTATION)
-        gpu_policy = _resolve_policy(annotation, _checked_policy("gpu_policy", gpu_policy))
+        order = gpu_order(pod.annotations, _checked_policy("gpu_policy", gpu_policy) == BINPACK)
         # Kubernetes starts app containers only after every init container and sidecar, so
         # they are fitted last even in a pod that lists them earlier: an init container is
         # pre-charged with the sidecars before it and nothing else.
@@ -132,7 +140,7 @@ class _PodPlan:
         return cls(
             pod=pod,
             vendor_plans=tuple(plans),
-            gpu_binpack=gpu_policy == BINPACK,
+            order=order,
             mutex=_names_mutex(annotation),
             explain_refusals=explain_refusals,
             weights=weights,

@@ -1,5 +1,6 @@
-"""The two policies of the fit, binpack and spread, and how a pod's annotations choose them:
-the GPU policy orders a node's devices, the node policy orders the nodes that fit.
+"""The two node policies, binpack and spread, and how a pod's annotation chooses one (the
+nodes that fit are ordered by it), and the mutex GPU policy (a filter of cards; how the GPU
+policy orders a node's devices is accounting.gpu_order).
 
 Layer: accounting (pure).
 """
@@ -13,16 +14,6 @@ from accounting.model import Pod
 BINPACK = "binpack"
 SPREAD = "spread"
 POLICIES = (BINPACK, SPREAD)
-
-
-def _resolve_policy(annotation: str | None, default: str) -> str:
-    """The pod's annotation wins when it names a known policy (first entry of a HAMi chain such
-    as "binpack,numa"); anything else falls back to the configured policy."""
-    if annotation is not None:
-        chosen = annotation.split(",", 1)[0].strip().lower()
-        if chosen in POLICIES:
-            return chosen
-    return default
 
 
 MUTEX = "mutex"
@@ -45,15 +36,19 @@ def _checked_policy(name: str, value: str) -> str:
 
 
 def node_policy_for(pod: Pod, node_policy: str = BINPACK) -> str:
-    """The node policy fit_pod applies to the pod: its hami.io/node-scheduler-policy
-    annotation when it names one, else ``node_policy``.
+    """The node policy fit_pod applies to the pod: ``node_policy`` without a
+    hami.io/node-scheduler-policy annotation; with one, spread when it is exactly ``spread``
+    and binpack for any other value (HAMi's NodeScoreList: a chain, another case or an unknown
+    word is binpack there too).
 
     Raises:
         InvalidInputError: node_policy is neither binpack nor spread.
     """
-    return _resolve_policy(
-        pod.annotations.get(NODE_POLICY_ANNOTATION), _checked_policy("node_policy", node_policy)
-    )
+    default = _checked_policy("node_policy", node_policy)
+    annotation = pod.annotations.get(NODE_POLICY_ANNOTATION)
+    if annotation is None:
+        return default
+    return SPREAD if annotation == SPREAD else BINPACK
 
 
 def node_order_key(score: float, node_name: str, node_policy: str) -> tuple[float, str]:

@@ -19,6 +19,7 @@ from accounting.reasons import (
     ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
     CARD_TIME_SLICING_EXHAUSTED,
     EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
+    NUMA_NOT_FIT,
     RESOURCE_QUOTA_NOT_FIT,
     format_reasons,
 )
@@ -47,6 +48,7 @@ def _walk_reasons(
     vendor_name: str,
     vendor_devices: int,
     mutex: bool = False,
+    numa_groups: bool = False,
 ) -> str:
     """Why one container fits nowhere on the node, as HAMi words it: every device of the
     vendor counted under the first reason that stopped it, and the cards that passed (picked
@@ -56,7 +58,9 @@ def _walk_reasons(
     Only called on failure, when HAMi's walk has visited every device. A device refused for
     its health, type or UUID is refused whatever came before it; the others are walked again
     in the order the fit tried them, because whether the quota refuses a card depends on the
-    cards picked before it.
+    cards picked before it. With ``numa_groups`` (nvidia.com/numa-bind) the walk starts again
+    at each NUMA node it enters, the cards picked before counted as NumaNotFit; ``order`` then
+    holds the devices refused by UUID too (HAMi enters their NUMA node first).
     """
     counts: dict[str, int] = {}
     devices = columns.devices
@@ -67,7 +71,18 @@ def _walk_reasons(
     capacities = [state.device.capacity for state in columns.devices]
     taken = [0, 0, 0]
     picked = 0
+    numa_now: int | None = None
     for p in order:
+        if numa_groups:
+            numa = devices[p].device.numa
+            if numa != numa_now:
+                numa_now = numa
+                if picked:
+                    counts[NUMA_NOT_FIT] = counts.get(NUMA_NOT_FIT, 0) + picked
+                    picked = 0
+                    taken = [0, 0, 0]
+            if blocks[p] is not None:
+                continue  # refused by UUID, counted above
         capacity = capacities[p]
         used = capacity - Amount(memory_free[p], cores_free[p], slots_free[p])
         reason: str | None = None

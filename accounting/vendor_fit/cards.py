@@ -18,6 +18,7 @@ from accounting import mig
 from accounting.amount import Amount
 from accounting.card_capacity import card_refusal
 from accounting.device_filter import DeviceFilter
+from accounting.gpu_order import GpuOrder
 from accounting.model import DeviceGrant, DeviceState, MigPlacement
 from accounting.reasons import (
     CARD_INSUFFICIENT_CORE,
@@ -109,8 +110,12 @@ class RuleContext:
     annotations: Mapping[str, str]
     device_filter: DeviceFilter | None
     rank: Sequence[int]
-    """The fit's tie-break between equally scored devices (0 is tried first)."""
-    binpack: bool
+    """The fit's tie-break between devices equal in the order's keys: NUMA node, then index
+    (0 is tried first)."""
+    index_rank: Sequence[int]
+    """The tie-break by index alone (a policy chain's)."""
+    order: GpuOrder
+    """The order the pod's GPU policy tries the devices in."""
     score: Score
     drs_profiles: tuple[DrsProfile, ...] | None = None
     """Enflame DRS: the node's profiles, smallest first (None: the node has none)."""

@@ -26,6 +26,7 @@ from accounting.reasons import (
     EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
     MODE_NOT_FIT,
     NODE_INSUFFICIENT_DEVICE,
+    NUMA_NOT_FIT,
     RESOURCE_QUOTA_NOT_FIT,
     VENDOR_RULE_NOT_MODELLED,
     format_reasons,
@@ -167,14 +168,15 @@ def _mig_waiver(context: RuleContext, cards: Sequence[Card]) -> bool:
 
 
 def _ordered(context: RuleContext, cards: Sequence[Card]) -> list[Card]:
-    """The cards in the order the walk tries them: the fit's device order on current usage
-    (binpack the busiest first, spread the least busy), ties by the fit's rank."""
+    """The cards in the order the walk tries them: the pod's GPU order
+    (``accounting.gpu_order``) on current usage."""
     score = context.score
-    sign = -1.0 if context.binpack else 1.0
-
-    def key(card: Card) -> tuple[float, int]:
+    scores = [0.0] * len(context.rank)
+    numas = [0] * len(context.rank)
+    tasks = [0] * len(context.rank)
+    for card in cards:
         device = card.state.device
-        value = score(
+        scores[card.position] = score(
             card.slots_used,
             device.slots_total,
             card.cores_used,
@@ -182,9 +184,10 @@ def _ordered(context: RuleContext, cards: Sequence[Card]) -> list[Card]:
             card.memory_used,
             device.memory_total_mib,
         )
-        return sign * value, context.rank[card.position]
-
-    return sorted(cards, key=key)
+        numas[card.position] = device.numa
+        tasks[card.position] = card.slots_used
+    key = context.order.key_of(scores, numas, tasks, context.rank, context.index_rank)
+    return sorted(cards, key=lambda card: key(card.position))
 
 
 def _walk(
@@ -202,9 +205,22 @@ def _walk(
     # Instances already chosen for this container, per card (HAMi's toAllocate on a revisit).
     chosen: dict[int, list[MigPlacement]] = {}
     taken = [0, 0, 0]  # what this container's picks add to the quota's folded totals
+    # nvidia.com/numa-bind (NVIDIA): the walk starts again at each NUMA node it enters.
+    numa_groups = context.order.numa_bind and context.spec.rule == "nvidia"
+    numa_now: int | None = None
     index = 0
     while index < len(ordered):
         card = ordered[index]
+        if numa_groups and card.state.device.numa != numa_now and not _refused_before_numa(
+            context, card
+        ):
+            numa_now = card.state.device.numa
+            if picks:
+                reasons[NUMA_NOT_FIT] = reasons.get(NUMA_NOT_FIT, 0) + len(picks)
+                picks = []
+                chosen = {}
+                taken = [0, 0, 0]
+                remaining = ask.demand.count
         refusal, grant = _try(
             context, ask, card, chosen.get(card.position, []), earlier_uuids, taken
         )
@@ -275,6 +291,18 @@ def _quota_refused(
     if chosen_here:
         devices = 0
     return not quota.fits(picks_taken, (memory, core_total, devices))
+
+
+def _refused_before_numa(context: RuleContext, card: Card) -> bool:
+    """Whether ``_try`` refuses the card before HAMi's walk looks at its NUMA node: for its
+    health, its cordon or its type."""
+    device = card.state.device
+    device_filter = context.device_filter
+    return (
+        not device.healthy
+        or (context.spec.rule == "nvidia" and device.cordoned)
+        or (device_filter is not None and device_filter.type_refused(device.model, device.mode))
+    )
 
 
 def _try(

@@ -17,7 +17,7 @@ row per distinct device state: nodes alike get one verdict, ``_run_per_state``):
   enough devices pass, and the first ``count`` of them in that order are the ones it takes;
 * a steady container (sidecar or app) charges what it takes; the devices it charged are
   re-scored and the device order is sorted again (binpack busiest first, spread least busy
-  first, ties by the index rank) before the next container; an init container charges
+  first, ties by the NUMA-and-index rank) before the next container; an init container charges
   nothing;
 * a node where a container fits nowhere is refused with the reason of ``accounting.fit``:
   every device of the vendor counted under the first rule that stops it, those that passed as
@@ -38,7 +38,8 @@ hands in as ``NodeState`` (read directly from the recorder), and nodes where the
 quota could refuse a card (``FitPlan.always_within_quota`` is false: the quota is priced per
 card in walk order, which the reference does), and every node for a pod the kernel's one
 device order does not serve (``FitPlan.kernel_may_fit`` is false: a GPU policy naming mutex,
-or hami.io/device-scoring-weights of its own). The chosen node's grants are always the
+ordering by anything but the score first, or with nvidia.com/numa-bind, or
+hami.io/device-scoring-weights of its own). The chosen node's grants are always the
 reference fit's, computed on that one node by ``answer_from_columns``: the kernel decides which
 nodes fit and which of them is best, and ``fit_node`` says how.
 """

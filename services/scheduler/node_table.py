@@ -146,7 +146,7 @@ def device_state_key(state: NodeState) -> tuple[Any, ...]:
     with equal keys have equal rows in every field the fit compares."""
     return tuple(
         (d.device.vendor, d.device.model, d.device.mode, d.device.healthy, d.device.index,
-         d.device.cordoned, *_figures(d))
+         d.device.numa, d.device.cordoned, *_figures(d))
         for d in state.devices
     )
 
@@ -341,13 +341,15 @@ class NodeTable:
         fields["kind_id"][:count, row] = [
             self._kind(d.device.model, d.device.mode) for d in devices
         ]
-        # accounting.fit's tie-break: among equal scores the higher index, then the later
-        # position, is tried first.
-        index_descending = sorted(
-            range(count), key=lambda p: (devices[p].device.index, p), reverse=True
+        # accounting.fit's tie-break: among equal scores the higher NUMA node, then the
+        # higher index, then the later position, is tried first.
+        ranked = sorted(
+            range(count),
+            key=lambda p: (devices[p].device.numa, devices[p].device.index, p),
+            reverse=True,
         )
         rank = fields["rank"]
-        for place, p in enumerate(index_descending):
+        for place, p in enumerate(ranked):
             rank[p, row] = place
 
     def _vendor(self, vendor: str) -> int:

@@ -471,16 +471,23 @@ DEVICE_RULES = [
     ),
     Case(
         "the pod's gpu-scheduler-policy annotation beats the configured policy",
-        PodBuilder("t").annotate(GPU_POLICY_ANNOTATION, "Binpack").app("a", req(mib=1000)).build(),
+        PodBuilder("t").annotate(GPU_POLICY_ANNOTATION, "binpack").app("a", req(mib=1000)).build(),
         node(card("g0", 0, used_mib=12000, used_slots=1), card("g1", 1)),
         gpu_policy="spread",
         want_uuids=(("g0",),),
     ),
     Case(
-        "an unknown gpu-scheduler-policy annotation falls back to the configured policy",
-        PodBuilder("t").annotate(GPU_POLICY_ANNOTATION, "mutex").app("a", req(mib=1000)).build(),
+        "a gpu-scheduler-policy in another case is spread, as HAMi compares it exactly",
+        PodBuilder("t").annotate(GPU_POLICY_ANNOTATION, "Binpack").app("a", req(mib=1000)).build(),
         node(card("g0", 0, used_mib=12000, used_slots=1), card("g1", 1)),
-        gpu_policy="spread",
+        gpu_policy="binpack",
+        want_uuids=(("g1",),),
+    ),
+    Case(
+        "an unknown gpu-scheduler-policy annotation is spread, whatever the configured policy",
+        PodBuilder("t").annotate(GPU_POLICY_ANNOTATION, "pack").app("a", req(mib=1000)).build(),
+        node(card("g0", 0, used_mib=12000, used_slots=1), card("g1", 1)),
+        gpu_policy="binpack",
         want_uuids=(("g1",),),
     ),
     Case(

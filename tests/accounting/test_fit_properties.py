@@ -17,7 +17,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accounting.annotations import DEVICE_SCORING_WEIGHTS_ANNOTATION
+from accounting.annotations import DEVICE_SCORING_WEIGHTS_ANNOTATION, NUMA_BIND_ANNOTATION
 from accounting.fit import (
     GPU_POLICY_ANNOTATION,
     NOUSE_GPU_UUID_ANNOTATION,
@@ -48,6 +48,11 @@ from bench.naive_fit import naive_fit_node
 
 PROPERTY_SETTINGS = settings(max_examples=500, deadline=None)
 MODELS = ("NVIDIA A10", "NVIDIA A100-SXM4-40GB", "NVIDIA-Tesla T4")
+GPU_POLICIES = (
+    "binpack", "spread", "numa", "mutex", "Binpack", "binpack,numa", "numa,binpack",
+    "spread, numa", "numa,spread", "binpack,spread", "mutex,binpack", "mutex, numa", "x,y",
+)
+"""hami.io/gpu-scheduler-policy values: single ones, chains, and words HAMi reads as spread."""
 
 
 @st.composite
@@ -62,6 +67,7 @@ def devices(draw: st.DrawFn, uuid: str, index: int) -> DeviceState:
         slots_total,
         memory_total_mib,
         cores_total,
+        numa=draw(st.sampled_from([0, 0, 1])),
         healthy=draw(st.sampled_from([True, True, True, False])),
     )
     return DeviceState(
@@ -117,6 +123,12 @@ def pods(draw: st.DrawFn) -> Pod:
             max_size=2,
         )
     )
+    policy = draw(st.sampled_from([None, None, *GPU_POLICIES]))
+    if policy is not None:  # the GPU policy as HAMi reads it (accounting.gpu_order)
+        annotations[GPU_POLICY_ANNOTATION] = policy
+    numa_bind = draw(st.sampled_from([None, None, "true", "1", "false", "yes"]))
+    if numa_bind is not None:
+        annotations[NUMA_BIND_ANNOTATION] = numa_bind
     weights = draw(st.sampled_from([None, "slot=1,core=1,memory=3", "slot=0, core=4,memory=1"]))
     if weights is not None:  # the pod's own device order (hami.io/device-scoring-weights)
         annotations[DEVICE_SCORING_WEIGHTS_ANNOTATION] = weights

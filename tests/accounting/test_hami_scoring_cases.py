@@ -13,6 +13,7 @@ import pytest
 from accounting.errors import InvalidInputError
 from accounting.fit import (
     FitResult,
+    NodeState,
     ScoringWeights,
     device_score,
     fit_node,
@@ -21,13 +22,19 @@ from accounting.fit import (
     scoring_weights,
     weighted_score,
 )
+from accounting.gpu_order import gpu_order, numa_bind_requested
 from accounting.kube import pod_json
+from accounting.model import Device, DeviceState
 from accounting.vendors import NVIDIA_RESOURCES
 from bench.naive_fit import naive_fit_node
 from tests.accounting.test_hami_fit_cases import nodes, quota_context
 from tests.support import hami_scoring_cases
 from tests.support.hami_scoring_cases import (
+    GPU_POLICY,
+    NUMA_BIND,
     WEIGHTS,
+    LessCase,
+    NumaBindReading,
     ScoreCase,
     ScoringCase,
     WeightsReading,
@@ -95,6 +102,35 @@ def test_hami_device_score(case: ScoreCase) -> None:
 def test_default_weights_are_the_unweighted_score_itself() -> None:
     # The fit's precomputed orders are those of the default weights: the same function.
     assert weighted_score(ScoringWeights()) is device_score
+
+
+@pytest.mark.parametrize("case", hami_scoring_cases.LESS, ids=lambda c: c.id)
+def test_hami_device_order(case: LessCase) -> None:
+    # The two cards of HAMi's table on one node, in that order, with the table's scores and
+    # tasks: HAMi's Fit walks its sorted list from the end, so Less(first, second) means the
+    # second is tried first here.
+    cards = (case.first, case.second)
+    node = NodeState("node1", tuple(
+        DeviceState(Device(f"g{p}", "NVIDIA", card.index, 10, 8192, 100, numa=card.numa))
+        for p, card in enumerate(cards)
+    ))
+    columns = node._columns
+    annotations = {GPU_POLICY: case.policy}
+    if case.numa_bind:
+        annotations[NUMA_BIND] = "true"
+    order = gpu_order(annotations, default_binpack=False)
+    key = order.key_of(
+        [card.score for card in cards], columns.numas, [card.used for card in cards],
+        columns.rank, columns.index_rank,
+    )
+    assert (key(1) < key(0)) == case.want_less
+    assert order.numa_bind == case.numa_bind
+
+
+@pytest.mark.parametrize("case", hami_scoring_cases.NUMA_BIND_READINGS, ids=lambda c: c.id)
+def test_hami_numa_bind_reading(case: NumaBindReading) -> None:
+    annotations = {} if case.value is None else {NUMA_BIND: case.value}
+    assert numa_bind_requested(annotations) is case.want
 
 
 def _fit(case: ScoringCase) -> FitResult:

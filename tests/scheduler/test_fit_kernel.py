@@ -26,7 +26,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accounting.annotations import DEVICE_SCORING_WEIGHTS_ANNOTATION
+from accounting.annotations import DEVICE_SCORING_WEIGHTS_ANNOTATION, NUMA_BIND_ANNOTATION
 from accounting.device_filter import DeviceFilter
 from accounting.fit import (
     GPU_POLICY_ANNOTATION,
@@ -79,6 +79,7 @@ def device_states(draw: st.DrawFn, uuid: str, index: int) -> DeviceState:
         slots,
         memory,
         cores,
+        numa=draw(st.sampled_from([0, 0, 1])),
         mode=draw(st.sampled_from(MODES)),
         healthy=draw(st.sampled_from([True, True, True, True, False])),
         vendor=vendor,
@@ -105,11 +106,14 @@ def node_states(draw: st.DrawFn, name: str) -> NodeState:
         # tie and the index rank decides the order (in every re-sort too).
         memory = draw(st.sampled_from([8000, 24576]))
         used = draw(st.sampled_from([0, 2000]))
+        # Half the cards on NUMA node 1 or none: the NUMA node breaks ties before the index.
+        numas = [i % 2 * draw(st.integers(0, 1)) for i in range(count)]
         return NodeState(
             name,
             tuple(
                 DeviceState(
-                    Device(f"{name}-g{i}", MODELS[0], indexes[i], 4, memory, 100),
+                    Device(f"{name}-g{i}", MODELS[0], indexes[i], 4, memory, 100,
+                           numa=numas[i]),
                     used * draw(st.integers(0, 1)),
                 )
                 for i in range(count)
@@ -130,7 +134,9 @@ requests = st.builds(
 )
 
 ANNOTATIONS = {
-    GPU_POLICY_ANNOTATION: ["binpack", "spread", "Binpack,numa", "mutex"],
+    GPU_POLICY_ANNOTATION: ["binpack", "spread", "Binpack,numa", "mutex", "binpack,numa",
+                            "numa,spread", "binpack,spread"],
+    NUMA_BIND_ANNOTATION: ["true", "false"],
     NODE_POLICY_ANNOTATION: ["binpack", "spread"],
     USE_GPU_TYPE_ANNOTATION: ["a100", "T4,a10", " "],
     NOUSE_GPU_TYPE_ANNOTATION: ["h100", "a10"],

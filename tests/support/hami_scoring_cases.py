@@ -3,9 +3,11 @@ NUMA binding, each case naming its source.
 
 Read from Project-HAMi/HAMi at 4707fb02 (v2.10.0): ``pkg/util/device_scoring_weights_test.go``
 (``TestParseDeviceScoringWeights``, ``TestGetDeviceScoringWeightsByPod``),
-``pkg/scheduler/score_test.go`` (``TestCalcScore*``, ``Test_fitInCertainDevice``) and
+``pkg/scheduler/score_test.go`` (``TestCalcScore*``, ``Test_fitInCertainDevice``),
 ``pkg/scheduler/policy/gpu_policy_test.go`` (``TestComputeScore*``,
-``TestDeviceUsageList_Less``). Only the data is brought in, written as the Kubernetes objects our
+``TestDeviceUsageList_Less``), ``pkg/scheduler/numa_sort_test.go`` and
+``pkg/device/nvidia/device_test.go`` (``TestAssertNuma``, ``TestFit_NumaSwitching``). Only the
+data is brought in, written as the Kubernetes objects our
 daemons read, with the case types of tests/support/hami_fit_cases.py; ``note`` says how a case
 was carried over where HAMi's test calls a lower function than its Filter.
 
@@ -24,8 +26,13 @@ from tests.support.hami_fit_cases import Card, HamiCase, Json, container, gpu
 WEIGHTS_TEST = "pkg/util/device_scoring_weights_test.go"
 SCORE_TEST = "pkg/scheduler/score_test.go"
 GPU_POLICY_TEST = "pkg/scheduler/policy/gpu_policy_test.go"
+NUMA_SORT_TEST = "pkg/scheduler/numa_sort_test.go"
+DEVICE_TEST = "pkg/device/nvidia/device_test.go"
+GPU_POLICY_CODE = "pkg/scheduler/policy/gpu_policy.go"
+DEVICE_CODE_FIT = "pkg/device/nvidia/device.go Fit"
 WEIGHTS = "hami.io/device-scoring-weights"
 GPU_POLICY = "hami.io/gpu-scheduler-policy"
+NUMA_BIND = "nvidia.com/numa-bind"
 
 
 @dataclass(frozen=True)
@@ -236,5 +243,260 @@ WEIGHTED_FILTER = [
     ),
 ]
 
-ALL = [*WEIGHTED_FILTER]
+
+# -- the order of two cards (gpu_policy_test.go TestDeviceUsageList_Less) ----------------------
+
+
+@dataclass(frozen=True)
+class LessCard:
+    """A DeviceUsage of the table: index, NUMA node, tasks (Used) and the score given."""
+
+    index: int
+    numa: int
+    used: int
+    score: float
+
+
+@dataclass(frozen=True)
+class LessCase:
+    id: str
+    source: str
+    policy: str
+    numa_bind: bool
+    first: LessCard
+    second: LessCard
+    want_less: bool
+    """HAMi's Less(first, second): the first sorts before the second, so HAMi's Fit, which
+    walks the sorted list from its end, tries the second first."""
+
+
+def _less(
+    line: int, name: str, policy: str, numa_bind: bool,
+    first: tuple[int, int, int, float], second: tuple[int, int, int, float], want: bool,
+) -> LessCase:
+    return LessCase(
+        f"L{line}", f"{GPU_POLICY_TEST}:{line} TestDeviceUsageList_Less: {name!r}", policy,
+        numa_bind, LessCard(*first), LessCard(*second), want,
+    )
+
+
+# (index, numa, used, score) as each case writes its two DeviceUsages (zero where unwritten).
+LESS = [
+    _less(134, "Binpack policy with same Numa", "binpack", False,
+          (0, 0, 10, 10), (0, 0, 20, 20), True),
+    _less(143, "Binpack: score primary, lower score sorts first across NUMA", "binpack", False,
+          (0, 1, 10, 10), (0, 0, 20, 20), True),
+    _less(152, "Binpack: score primary, higher score sorts last even on lower NUMA", "binpack",
+          False, (0, 0, 10, 10), (0, 1, 20, 20), True),
+    _less(161, "Binpack: NUMA tiebreaker when scores equal", "binpack", False,
+          (0, 0, 0, 15), (0, 1, 0, 15), True),
+    _less(170, "Binpack: score primary over NUMA, high-NUMA high-score sorts last", "binpack",
+          False, (0, 1, 0, 20), (0, 0, 0, 10), False),
+    _less(179, "Spread: score primary, higher score sorts first", "spread", False,
+          (0, 0, 10, 10), (0, 0, 20, 20), False),
+    _less(188, "Spread: score primary, lower score sorts last across NUMA", "spread", False,
+          (0, 1, 10, 10), (0, 0, 20, 20), False),
+    _less(197, "Spread: score primary over NUMA, high-NUMA high-score sorts first", "spread",
+          False, (0, 1, 0, 20), (0, 0, 0, 10), True),
+    _less(206, "Spread: NUMA tiebreaker when scores equal", "spread", False,
+          (0, 0, 0, 15), (0, 1, 0, 15), True),
+    _less(216, "Binpack+NumaBind: NUMA primary, higher NUMA sorts first regardless of Score",
+          "binpack", True, (0, 1, 0, 5), (0, 0, 0, 99), True),
+    _less(226, "Binpack+NumaBind: same NUMA falls back to lower Score first", "binpack", True,
+          (0, 0, 0, 10), (0, 0, 0, 20), True),
+    _less(236, "Spread+NumaBind: NUMA primary, lower NUMA sorts first regardless of Score",
+          "spread", True, (0, 0, 0, 5), (0, 1, 0, 99), True),
+    _less(246, "Spread+NumaBind: same NUMA falls back to higher Score first", "spread", True,
+          (0, 0, 0, 20), (0, 0, 0, 10), True),
+    _less(256, "Mutex: busy GPU sorts before idle GPU", "mutex", False,
+          (0, 0, 2, 0), (0, 0, 0, 0), True),
+    _less(265, "Mutex: idle GPU sorts after busy GPU", "mutex", False,
+          (0, 0, 0, 0), (0, 0, 1, 0), False),
+    _less(274, "Mutex: NUMA tiebreaker when both idle", "mutex", False,
+          (0, 0, 0, 0), (0, 1, 0, 0), True),
+    _less(283, "Bare numa: NUMA is the sort key regardless of score", "numa", False,
+          (0, 0, 0, 99), (0, 1, 0, 5), True),
+    _less(292, "Bare numa: same NUMA falls to deterministic Index tiebreak", "numa", False,
+          (3, 0, 0, 10), (1, 0, 0, 20), False),
+    _less(301, "Chain binpack,numa: score primary, numa tiebreak when scores equal",
+          "binpack,numa", False, (0, 0, 0, 15), (0, 1, 0, 15), True),
+    _less(310, "Chain spread,numa: score primary, numa tiebreak when scores equal",
+          "spread,numa", False, (0, 0, 0, 15), (0, 1, 0, 15), True),
+    _less(319, "Chain numa,spread: numa primary regardless of score", "numa,spread", False,
+          (0, 1, 0, 5), (0, 0, 0, 99), False),
+    _less(328, "Chain numa,spread: same NUMA falls back to spread (higher score first)",
+          "numa,spread", False, (0, 0, 0, 20), (0, 0, 0, 10), True),
+    _less(337, "Chain mutex,spread: mutex is a Fit() filter, not a sort key; spread decides "
+          "order", "mutex,spread", False, (0, 0, 5, 10), (0, 0, 0, 20), False),
+    _less(346, "Chain with only filter tokens (mutex,topology-aware) falls back to spread",
+          "mutex,topology-aware", False, (0, 0, 0, 10), (0, 0, 0, 20), False),
+    _less(355, "Chain binpack,numa: deterministic Index tiebreak when score and numa both tie",
+          "binpack,numa", False, (5, 0, 0, 10), (2, 0, 0, 10), False),
+    _less(364, "Chain binpack,spread + NumaBind: numa forced primary to keep groups contiguous",
+          "binpack,spread", True, (0, 0, 0, 99), (0, 1, 0, 5), True),
+    _less(374, "Chain spread,numa + NumaBind: numa moved to front, spread breaks same-NUMA "
+          "ties", "spread,numa", True, (0, 0, 0, 20), (0, 0, 0, 10), True),
+]
+
+
+# -- nvidia.com/numa-bind read as Go's ParseBool (device_test.go TestAssertNuma) ---------------
+
+
+@dataclass(frozen=True)
+class NumaBindReading:
+    id: str
+    source: str
+    value: str | None
+    """None: the annotation is absent."""
+    want: bool
+
+
+NUMA_BIND_READINGS = [
+    NumaBindReading("B1", f"{DEVICE_TEST}:1580 TestAssertNuma: 'NumaBind=true enforces numa'",
+                    "true", True),
+    NumaBindReading("B2", f"{DEVICE_TEST}:1585 TestAssertNuma: 'NumaBind=false does not "
+                    "enforce'", "false", False),
+    NumaBindReading("B3", f"{DEVICE_TEST}:1590 TestAssertNuma: 'NumaBind invalid value'",
+                    "notabool", False),
+    NumaBindReading("B4", f"{DEVICE_TEST}:1595 TestAssertNuma: 'NumaBind key absent'",
+                    None, False),
+    *(
+        NumaBindReading(f"B5 {value!r}", "derived: Go's strconv.ParseBool reads it as true",
+                        value, True)
+        for value in ("1", "t", "T", "TRUE", "True")
+    ),
+    *(
+        NumaBindReading(f"B6 {value!r}", "derived: Go's strconv.ParseBool refuses it, which "
+                        "HAMi reads as false", value, False)
+        for value in ("yes", "on", " true", "tRUE", "")
+    ),
+]
+
+
+# -- NUMA and policy chains in the Filter (numa_sort_test.go, device_test.go, derived) -------
+
+
+def _numa_cards(*cards: tuple[str, int, int]) -> dict[str, tuple[Card, ...]]:
+    """node1 with HAMi's test cards (10 slots, 8192 MiB, 100 cores): (uuid, NUMA node, cores
+    in use), indexed in the order given; the cores in use make the device score (10 x
+    cores / 100)."""
+    return {"node1": tuple(
+        NumaCard(uuid, index, memory_mib=8192, used_cores=cores, used_slots=1 if cores else 0,
+                 numa=numa)
+        for index, (uuid, numa, cores) in enumerate(cards)
+    )}
+
+
+def _numa_bind(**more: str) -> dict[str, str]:
+    return {NUMA_BIND: "true", **more}
+
+
+_TWO_SMALL = [container("main", gpu(2, mib=100, cores=10))]
+_ONE_SMALL = [container("main", gpu(1, mib=100, cores=10))]
+
+NUMA_FILTER = [
+    ScoringCase(
+        "N1 numa-bind switches NUMA node",
+        f"{DEVICE_TEST}:2587 TestFit_NumaSwitching",
+        _numa_cards(("dev-0", 1, 0), ("dev-1", 1, 0), ("dev-2", 0, 0)), _TWO_SMALL,
+        annotations=_numa_bind(), want_node="node1", want_uuids=[("dev-1", "dev-0")],
+        note="HAMi's test walks the three cards unsorted from the end (dev-2 first, then the "
+        "switch to NUMA 1); through the Filter they are sorted first, NUMA 1 before 0",
+    ),
+    ScoringCase(
+        "N2 numa-bind keeps a NUMA node's cards together",
+        f"{NUMA_SORT_TEST}:61 TestNumaBindSortPreservesAffinity",
+        _numa_cards(("A_n0", 0, 50), ("B_n0", 0, 10), ("C_n1", 1, 30)), _TWO_SMALL,
+        annotations=_numa_bind(), want_node="node1", want_uuids=[("B_n0", "A_n0")],
+        note="the scores 5, 1, 3 come from the cores in use; C_n1 alone cannot take two",
+    ),
+    ScoringCase(
+        "N3 without numa-bind the score decides across NUMA nodes",
+        f"{NUMA_SORT_TEST}:95 TestScorePrimarySelectsAcrossNuma",
+        _numa_cards(("P_n0", 0, 10), ("Q_n1", 1, 80), ("R_n1", 1, 50)), _ONE_SMALL,
+        want_node="node1", want_uuids=[("P_n0",)],
+    ),
+    ScoringCase(
+        "N4 no NUMA node has the cards",
+        f"derived: {DEVICE_CODE_FIT} with numa-bind, one card per NUMA node",
+        _numa_cards(("dev-0", 0, 0), ("dev-1", 1, 0)), _TWO_SMALL,
+        annotations=_numa_bind(),
+        want_failed={"node1": "1/2 AllocatedCardsInsufficientRequest, 1/2 NumaNotFit"},
+        note="dev-1 (NUMA 1) is taken, then the walk enters NUMA 0 and starts again: dev-1 "
+        "counts as NumaNotFit, dev-0 as taken when the walk ends",
+    ),
+    ScoringCase(
+        "N5 spread breaks a tie by NUMA node",
+        f"{GPU_POLICY_TEST}:206 TestDeviceUsageList_Less: 'Spread: NUMA tiebreaker when scores "
+        "equal', in the Filter",
+        _numa_cards(("dev-0", 1, 0), ("dev-1", 0, 0)), _ONE_SMALL,
+        want_node="node1", want_uuids=[("dev-0",)],
+        note="two idle cards: the one on NUMA 1 before the higher index",
+    ),
+    ScoringCase(
+        "N6 binpack breaks a tie by NUMA node",
+        f"{GPU_POLICY_TEST}:161 TestDeviceUsageList_Less: 'Binpack: NUMA tiebreaker when scores "
+        "equal', in the Filter",
+        _numa_cards(("dev-0", 1, 0), ("dev-1", 0, 0)), _ONE_SMALL,
+        annotations=_policy("binpack"), want_node="node1", want_uuids=[("dev-0",)],
+    ),
+    ScoringCase(
+        "N7 chain numa,binpack: the NUMA node first",
+        f"{GPU_POLICY_TEST}:319 TestDeviceUsageList_Less: 'Chain numa,spread: numa primary "
+        "regardless of score', with binpack, in the Filter",
+        _numa_cards(("dev-0", 1, 0), ("dev-1", 0, 50)), _ONE_SMALL,
+        annotations=_policy("numa,binpack"), want_node="node1", want_uuids=[("dev-0",)],
+        note="binpack alone takes dev-1, the busier",
+    ),
+    ScoringCase(
+        "N8 chain binpack,spread: ties by index alone",
+        f"derived: {GPU_POLICY_CODE} lessByChain (its last key is the index)",
+        _numa_cards(("dev-0", 1, 0), ("dev-1", 0, 0)), _ONE_SMALL,
+        annotations=_policy("binpack,spread"), want_node="node1", want_uuids=[("dev-1",)],
+        note="unlike N6: a chain without numa does not look at the NUMA node",
+    ),
+    ScoringCase(
+        "N9 mutex: idle cards, the higher NUMA node first",
+        f"{GPU_POLICY_TEST}:274 TestDeviceUsageList_Less: 'Mutex: NUMA tiebreaker when both "
+        "idle', in the Filter",
+        _numa_cards(("dev-0", 1, 0), ("dev-1", 0, 0), ("dev-2", 1, 30)), _ONE_SMALL,
+        annotations=_policy("mutex"), want_node="node1", want_uuids=[("dev-0",)],
+    ),
+    ScoringCase(
+        "N10 a policy in another case is spread",
+        f"derived: {GPU_POLICY_CODE} Less (binpack only when the policy is exactly 'binpack')",
+        _numa_cards(("dev-0", 0, 50), ("dev-1", 0, 0)), _ONE_SMALL,
+        annotations=_policy("Binpack"), gpu_policy="binpack",
+        want_node="node1", want_uuids=[("dev-1",)],
+    ),
+    ScoringCase(
+        "N11 binpack with numa-bind: the lowest NUMA node first",
+        f"{GPU_POLICY_TEST}:216 TestDeviceUsageList_Less: 'Binpack+NumaBind: NUMA primary', "
+        "in the Filter",
+        _numa_cards(("dev-0", 1, 50), ("dev-1", 0, 0), ("dev-2", 0, 0)), _ONE_SMALL,
+        annotations=_numa_bind(**_policy("binpack")), want_node="node1",
+        want_uuids=[("dev-2",)],
+        note="dev-0 is the busiest, but NUMA 0 comes first; its two idle cards tie: the "
+        "higher index",
+    ),
+    ScoringCase(
+        "N12 numa-bind: a card refused by UUID still starts its NUMA node",
+        f"derived: {DEVICE_CODE_FIT} (the NUMA switch comes before the UUID check)",
+        _numa_cards(("dev-0", 0, 0), ("dev-1", 1, 0)), _TWO_SMALL,
+        annotations=_numa_bind(**{"nvidia.com/nouse-gpuuuid": "dev-0"}),
+        want_failed={"node1": "1/2 CardUuidMismatch, 1/2 NumaNotFit"},
+    ),
+    ScoringCase(
+        "N13 numa-bind: the quota sees one NUMA node's cards",
+        f"derived: {DEVICE_CODE_FIT} (fitQuota reads the cards taken so far, which the NUMA "
+        "switch empties)",
+        _numa_cards(("dev-0", 1, 0), ("dev-1", 0, 0), ("dev-2", 0, 0)), _TWO_SMALL,
+        annotations=_numa_bind(), quota={"limits.nvidia.com/gpumem": 200},
+        want_node="node1", want_uuids=[("dev-2", "dev-1")],
+        note="dev-0 (NUMA 1) is taken first; without the switch emptying it, dev-1 would make "
+        "300 MiB",
+    ),
+]
+
+ALL = [*WEIGHTED_FILTER, *NUMA_FILTER]
 """Every Filter case of this file (the readings and scores are checked on their own)."""
