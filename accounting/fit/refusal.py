@@ -57,32 +57,65 @@ def _walk_reasons(
 
     Only called on failure, when HAMi's walk has visited every device. A device refused for
     its health, type or UUID is refused whatever came before it; the others are walked again
-    in the order the fit tried them, because whether the quota refuses a card depends on the
-    cards picked before it. With ``numa_groups`` (nvidia.com/numa-bind) the walk starts again
-    at each NUMA node it enters, the cards picked before counted as NumaNotFit; ``order`` then
-    holds the devices refused by UUID too (HAMi enters their NUMA node first).
+    in the order the fit tried them (``_card_verdicts``).
     """
+    verdicts = _card_verdicts(ask, blocks, order, columns, free, quota, mutex, numa_groups)
+    walked = {p for p, _ in verdicts}
     counts: dict[str, int] = {}
     devices = columns.devices
     for p, block in enumerate(blocks):
-        if block is not None and devices[p].device.vendor == vendor_name:
+        if block is not None and p not in walked and devices[p].device.vendor == vendor_name:
             counts[block] = counts.get(block, 0) + 1
-    slots_free, memory_free, cores_free = free
-    capacities = [state.device.capacity for state in columns.devices]
-    taken = [0, 0, 0]
     picked = 0
+    for _, reason in verdicts:
+        if reason is None:
+            picked += 1
+        else:
+            counts[reason] = counts.get(reason, 0) + 1
+    if picked:
+        counts[ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = picked
+    return format_reasons(counts, vendor_devices)
+
+
+def _card_verdicts(
+    ask: ContainerAsk,
+    blocks: Sequence[str | None],
+    order: Sequence[int],
+    columns: _NodeColumns,
+    free: tuple[Sequence[int], Sequence[int], Sequence[int]],
+    quota: _QuotaWalk | None,
+    mutex: bool = False,
+    numa_groups: bool = False,
+    count: int | None = None,
+) -> list[tuple[int, str | None]]:
+    """One container's walk over ``order`` card by card, as HAMi's walk sees it: each card
+    visited with the first reason that refuses it, or None when the walk takes it; the walk
+    stops once it has ``count`` cards (None: it visits every card, as on failure).
+
+    Whether the quota refuses a card depends on the cards taken before it, so they are taken
+    in order. With ``numa_groups`` (nvidia.com/numa-bind) the walk starts again at each NUMA
+    node it enters: the cards it had taken there become NumaNotFit, and ``order`` also holds
+    the devices refused by UUID (HAMi enters their NUMA node before it checks the UUID).
+    """
+    devices = columns.devices
+    slots_free, memory_free, cores_free = free
+    capacities = [state.device.capacity for state in devices]
+    verdicts: list[tuple[int, str | None]] = []
+    taken = [0, 0, 0]
+    picked: list[int] = []  # places in ``verdicts`` of the cards taken in this NUMA node
     numa_now: int | None = None
     for p in order:
         if numa_groups:
             numa = devices[p].device.numa
             if numa != numa_now:
                 numa_now = numa
-                if picked:
-                    counts[NUMA_NOT_FIT] = counts.get(NUMA_NOT_FIT, 0) + picked
-                    picked = 0
-                    taken = [0, 0, 0]
+                for place in picked:
+                    verdicts[place] = (verdicts[place][0], NUMA_NOT_FIT)
+                picked = []
+                taken = [0, 0, 0]
             if blocks[p] is not None:
-                continue  # refused by UUID, counted above
+                verdicts.append((p, blocks[p]))
+                continue
         capacity = capacities[p]
         used = capacity - Amount(memory_free[p], cores_free[p], slots_free[p])
         reason: str | None = None
@@ -96,12 +129,12 @@ def _walk_reasons(
                 reason = RESOURCE_QUOTA_NOT_FIT
         if reason is None:
             reason = card_capacity_refusal(ask, used, capacity)
+        verdicts.append((p, reason))
         if reason is not None:
-            counts[reason] = counts.get(reason, 0) + 1
             continue
-        picked += 1
+        picked.append(len(verdicts) - 1)
         if quota is not None:
             taken = [t + a for t, a in zip(taken, added, strict=True)]
-    if picked:
-        counts[ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = picked
-    return format_reasons(counts, vendor_devices)
+        if count is not None and len(picked) == count:
+            break
+    return verdicts

@@ -1,4 +1,5 @@
-"""``hami-accounting explain POD.yaml|POD.json``: how one pod is charged, step by step.
+"""``hami-accounting explain POD.yaml|POD.json``: how one pod is charged, step by step (and with
+``--node`` where it would be placed on one node: ``services.cli.explain_placement``).
 
 Layer: services/cli (a subcommand; talks to the usage recorder only to read its policy). Reads a
 Kubernetes Pod manifest (YAML or JSON; ``-`` reads stdin), parses it with the shared parser
@@ -52,6 +53,7 @@ from accounting.model import DeviceRequest
 from accounting.pod import vendors_asked
 from accounting.policy import AccountingPolicy, policy_for
 from accounting.vendors import NVIDIA_RESOURCES
+from services.cli import explain_placement
 from services.cli.options import add_addr_option
 from services.cli.tables import add_identifier_column, console_for, natural_width, print_uncut
 from services.common.config import ConfigError, TlsConfig
@@ -390,6 +392,19 @@ def _parser() -> argparse.ArgumentParser:
         help_text="read the accounting policy in force from the usage recorder there (TLS from "
         "the HAMI_ACCOUNTING_TLS_* variables)",
     )
+    parser.add_argument(
+        "--node",
+        default=None,
+        help="also show the pod's placement on this node, card by card: a Node manifest "
+        "(YAML or JSON, nothing charged), or with --usage-addr a node the recorder holds",
+    )
+    parser.add_argument(
+        "--gpu-policy",
+        choices=("binpack", "spread"),
+        default="spread",
+        help="with --node: the scheduler's GPU policy for a pod without its own "
+        "hami.io/gpu-scheduler-policy (default: spread, HAMi's)",
+    )
     source.add_argument(
         "--memory-factor",
         type=_positive_int,
@@ -461,16 +476,34 @@ def main(
             print(f"  {violation.path}: {violation.message}", file=stderr)
         return EXIT_USAGE
 
+    placed = None
+    if args.node is not None:
+        try:
+            node = explain_placement.load_node(args.node, policy.vendors, args.usage)
+            placed = explain_placement.placement(pod, node, policy.vendors, args.gpu_policy)
+        except explain_placement.NodeSourceError as error:
+            print(f"{PROG}: {error}", file=stderr)
+            return EXIT_USAGE
+        except InvalidInputError as error:
+            print(f"{PROG}: {source}: cannot be placed:", file=stderr)
+            for violation in error.violations:
+                print(f"  {violation.path}: {violation.message}", file=stderr)
+            return EXIT_USAGE
     explanation = explain(pod, policy.vendors)
     if args.output == "json":
         document = explanation_json(explanation, uid_known=not placeholder_uid)
         if args.usage is not None:
             document["policy"] = _policy_json(policy, args.usage)
+        if placed is not None:
+            document["placement"] = explain_placement.placement_json(*placed)
         json.dump(document, stdout, indent=2)
         stdout.write("\n")
     else:
         shown = vendors_asked(pod, policy.vendors)[0]
         console = print_tables(explanation, stdout, shown.memory_resource or shown.count_resource)
+        if placed is not None:
+            console.print()
+            print_uncut(console, explain_placement.placement_table(*placed))
         console.print(f"Policy: {policy.policy_id} ({policy_source}): {policy.describe()}",
                       markup=False)
     return EXIT_OK

@@ -1,0 +1,171 @@
+"""Why each card was or was not given to each container of a pod on one node: HAMi's walk, card
+by card, for a reader (``hami-accounting explain --node``), beside the fit's own answer.
+
+Layer: accounting (pure). The fit keeps only what it needs (the picks, and on failure the count
+of reasons); this walks the same containers over the same cards in the same order with the same
+per-card check (``refusal._card_verdicts``, which the fit's refusal count reads too), so what it
+shows is what decided. tests/accounting/test_card_walk.py pins its taken cards and its reasons to
+``fit_node``'s grants and refusals.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from accounting import vendor_fit
+from accounting.fit.answer import NodeFit
+from accounting.fit.node_fit import _fit_node
+from accounting.fit.node_state import NodeState, _NodeColumns
+from accounting.fit.place import _blocks, _scores
+from accounting.fit.plan import _always_within, _PodPlan, _vendor_list, _VendorPlan
+from accounting.fit.policies import SPREAD
+from accounting.fit.quota_walk import QuotaContext, _QuotaWalk
+from accounting.fit.refusal import _card_verdicts, _walk_reasons
+from accounting.model import Pod
+from accounting.reasons import CARD_UUID_MISMATCH, NODE_INSUFFICIENT_DEVICE
+from accounting.vendors import NVIDIA, NVIDIA_RESOURCES, VendorResources
+
+TAKEN = "taken"
+"""The walk gave the card to the container."""
+NOT_TRIED = "not tried"
+"""The walk had the container's cards before it came to this one."""
+
+
+@dataclass(frozen=True, slots=True)
+class CardVerdict:
+    """One card as one container's walk met it."""
+
+    uuid: str
+    index: int
+    numa: int
+    verdict: str
+    """``TAKEN``, ``NOT_TRIED`` or the reason code that refused the card (CardCordoned,
+    NumaNotFit, ExclusiveDeviceAllocateConflict, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerWalk:
+    """One container's walk over one vendor's cards of the node."""
+
+    container: str
+    vendor: str
+    cards: tuple[CardVerdict, ...]
+    """In the order the walk tried them, then the cards it never tries (refused by their
+    health, cordon, type or UUID before any order), then those it did not reach."""
+    refusal: str = ""
+    """Why the node is refused at this container (the walk goes no further), or empty."""
+    by_vendor_rules: bool = False
+    """The vendor's own walk (accounting.vendor_fit) places this container: no card list."""
+
+
+def card_walks(
+    pod: Pod,
+    node: NodeState,
+    *,
+    vendor: VendorResources = NVIDIA_RESOURCES,
+    vendors: Sequence[VendorResources] = (),
+    gpu_policy: str = SPREAD,
+    quota: QuotaContext | None = None,
+) -> tuple[NodeFit, tuple[ContainerWalk, ...]]:
+    """``fit_node``'s answer for the pod on the node, and each container's walk over the
+    cards of each vendor it asks for, in fitting order, up to the container the node is
+    refused at.
+
+    Raises:
+        InvalidInputError: as ``fit_node``.
+    """
+    plan = _PodPlan.build(pod, _vendor_list(vendor, vendors), gpu_policy, quota)
+    fitted = _fit_node(plan, node)
+    columns = node._columns
+    walks: list[ContainerWalk] = []
+    for vendor_plan in plan.vendor_plans:
+        if vendor_fit.needs_rules(vendor_plan.spec, columns.devices):
+            walks.extend(
+                ContainerWalk(
+                    pod.containers[ask.position].name, vendor_plan.vendor_name, (),
+                    by_vendor_rules=True,
+                )
+                for ask in vendor_plan.asks
+            )
+        else:
+            walks.extend(_vendor_walks(plan, vendor_plan, columns, pod))
+    return fitted, tuple(walks)
+
+
+def _vendor_walks(
+    plan: _PodPlan, vendor_plan: _VendorPlan, columns: _NodeColumns, pod: Pod
+) -> list[ContainerWalk]:
+    """The generic walk of ``accounting.fit.place._place_vendor``, container by container,
+    recording each card's verdict."""
+    vendor_name = vendor_plan.vendor_name
+    devices = columns.devices
+    blocks = _blocks(devices, vendor_name, vendor_plan.device_filter)
+    ours = [p for p in range(len(devices)) if devices[p].device.vendor == vendor_name]
+    slots_free = list(columns.slots_free)
+    memory_free = list(columns.memory_free)
+    cores_free = list(columns.cores_free)
+    room = vendor_plan.quota_room
+    quota = None
+    if room is not None and not _always_within(vendor_plan, room, columns.memory_total):
+        quota = _QuotaWalk(room, len(devices))
+    numa_groups = plan.order.numa_bind and vendor_name == NVIDIA
+    walks: list[ContainerWalk] = []
+    for ask in vendor_plan.asks:
+        name = pod.containers[ask.position].name
+        if ask.count > len(ours):
+            walks.append(ContainerWalk(name, vendor_name, (), NODE_INSUFFICIENT_DEVICE))
+            break
+        tasks = list(map(operator.sub, columns.slots_total, slots_free))
+        scores = _scores(
+            plan.score, columns, tasks,
+            list(map(operator.sub, columns.cores_total, cores_free)),
+            list(map(operator.sub, columns.memory_total, memory_free)),
+        )
+        key = plan.order.key_of(scores, columns.numas, tasks, columns.rank, columns.index_rank)
+        walkable = [
+            p for p in ours
+            if blocks[p] is None or (numa_groups and blocks[p] == CARD_UUID_MISMATCH)
+        ]
+        order = sorted(walkable, key=key)
+        verdicts = _card_verdicts(
+            ask, blocks, order, columns, (slots_free, memory_free, cores_free), quota,
+            plan.mutex, numa_groups, count=ask.count,
+        )
+        walked = {p for p, _ in verdicts}
+        picks = [p for p, reason in verdicts if reason is None]
+        cards: list[tuple[int, str]] = [
+            *((p, reason or TAKEN) for p, reason in verdicts),
+            *((p, block) for p in ours if (block := blocks[p]) is not None and p not in walked),
+            *((p, NOT_TRIED) for p in order if p not in walked),
+        ]
+        refusal = ""
+        if len(picks) < ask.count:
+            refusal = _walk_reasons(
+                ask, blocks, order, columns, (slots_free, memory_free, cores_free), quota,
+                vendor_name, len(ours), plan.mutex, numa_groups,
+            )
+        walks.append(ContainerWalk(
+            name,
+            vendor_name,
+            tuple(
+                CardVerdict(
+                    devices[p].device.uuid, devices[p].device.index, devices[p].device.numa,
+                    verdict,
+                )
+                for p, verdict in cards
+            ),
+            refusal,
+        ))
+        if refusal:
+            break
+        for p in picks:
+            memory = ask.memory_on_card(columns.memory_total[p])
+            if quota is not None:
+                quota.commit(ask.is_init, p, memory, ask.core_percent)
+            if not ask.is_init:
+                slots_free[p] -= 1
+                memory_free[p] -= memory
+                cores_free[p] -= ask.core_percent
+    return walks
