@@ -56,6 +56,10 @@ TRACEPARENT_ANNOTATION = "hami.io/traceparent"
 
 NODE_REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
 """The JSON array of the node's NVIDIA devices, written by HAMi's device plugin."""
+NODE_PAIR_SCORE_ANNOTATION = "hami.io/node-nvidia-score"
+"""How well each two NVIDIA cards of the node are connected: a JSON array of
+``{"uuid": <card>, "score": {<other card>: <int>}}``, written by HAMi's device plugin and read
+by the ``topology-aware`` GPU policy (``accounting.pair_scores``)."""
 DEVICE_CORDON_ANNOTATION = "hami.io/device-cordon"
 """The NVIDIA cards of the node no new pod may take: their UUIDs, comma-separated (each
 trimmed, empty items ignored), as HAMi v2.10 reads it; pods already on them stay."""

@@ -40,6 +40,7 @@ one pod's usage on one device (at most 256 × 64 grants) stays below 2^45 MiB, 2
 in principle; they are reported saturated at the field's maximum, which no real cluster
 reaches."""
 INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
 MAX_DEVICE_ID_CHARS = 320
 """The longest device id (UUID) read from a request or an annotation. The ids HAMi writes are
 far shorter (an NVIDIA UUID has 40 characters); the longest an id made from a node's name can

@@ -12,6 +12,14 @@ from __future__ import annotations
 
 import re
 
+# -- NVIDIA ------------------------------------------------------------------------------------
+
+PAIR_SCORES_INFO = "hami.io/node-nvidia-score"
+"""The ``custom_info`` key of an NVIDIA card's pair scores with the node's other cards (the
+form of ``accounting.pair_scores.encode_card_scores``). Set by the node reader from the node's
+``hami.io/node-nvidia-score`` annotation, which it drops from anything a register wrote; the
+``topology-aware`` GPU policy reads it."""
+
 # -- Ascend ------------------------------------------------------------------------------------
 
 ASCEND_TOPOLOGY_PREFIX = "Ascend910"

@@ -15,6 +15,8 @@ annotation keys are shared), so that the cross-check can catch a slip in either.
 from __future__ import annotations
 
 import copy
+import itertools
+import json
 import sys
 import time
 import timeit
@@ -58,6 +60,8 @@ class _Card:
     slots_used: int
     memory_used: int
     cores_used: int
+    pair_scores: dict[str, int]
+    """The card's score with each other card (the node's hami.io/node-nvidia-score)."""
 
     def score(self, weights: tuple[int, int, int] = (1, 1, 1)) -> float:
         if self.slots_total == 0 or self.cores_total == 0 or self.memory_total == 0:
@@ -139,6 +143,36 @@ def _walk_order(
             listed[j - 1], listed[j] = listed[j], listed[j - 1]
             j -= 1
     return listed[::-1]
+
+
+def _topology(annotations: Mapping[str, str], vendor: VendorResources) -> bool:
+    """The pod's GPU policy lists topology-aware (NVIDIA only)."""
+    policy = annotations.get(keys.GPU_POLICY_ANNOTATION) or ""
+    return vendor.vendor == "NVIDIA" and "topology-aware" in [p.strip() for p in policy.split(",")]
+
+
+def _topology_choice(passed: list[_Card], count: int) -> list[_Card]:
+    """HAMi's choice among every card that passed: all when exactly ``count``; one card: the
+    first with the lowest sum of its scores with the others; more: the first combination, in
+    walk order, with the highest sum of scores over its pairs."""
+    if len(passed) == count:
+        return passed
+    if count == 1:
+        worst: _Card | None = None
+        worst_sum = 0
+        for card in passed:
+            total = sum(card.pair_scores.get(o.uuid, 0) for o in passed if o.uuid != card.uuid)
+            if worst is None or total < worst_sum:
+                worst, worst_sum = card, total
+        assert worst is not None
+        return [worst]
+    best: tuple[_Card, ...] = ()
+    best_sum = 0
+    for combination in itertools.combinations(passed, count):
+        total = sum(a.pair_scores.get(b.uuid, 0) for a, b in itertools.combinations(combination, 2))
+        if not best or total > best_sum:
+            best, best_sum = combination, total
+    return list(best)
 
 
 def _request(container: Container, vendor: VendorResources) -> DeviceRequest | None:
@@ -230,6 +264,7 @@ def _fit_container(
     previous_numa = -1
     chosen: list[_Card] = []
     reasons: dict[str, int] = {}
+    topology = _topology(annotations, vendor)
     for card in ordered:
         test: QuotaTest | None = None
         if quota_allows is not None:
@@ -239,7 +274,7 @@ def _fit_container(
             codes.CARD_NOT_HEALTH, codes.CARD_CORDONED, codes.CARD_TYPE_MISMATCH
         )
         if numa and not before_numa and previous_numa != card.numa:
-            if chosen:
+            if chosen and not topology:  # HAMi counts them only when it took some
                 reasons[codes.NUMA_NOT_FIT] = reasons.get(codes.NUMA_NOT_FIT, 0) + len(chosen)
             chosen.clear()
             previous_numa = card.numa
@@ -249,8 +284,10 @@ def _fit_container(
             reasons[refusal] = reasons.get(refusal, 0) + 1
             continue
         chosen.append(card)
-        if len(chosen) == request.count:
+        if len(chosen) == request.count and not topology:
             return chosen
+    if topology and len(chosen) >= request.count:
+        return _topology_choice(chosen, request.count)
     if chosen:
         reasons[codes.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(chosen)
     return ", ".join(sorted(f"{n}/{len(cards)} {r}" for r, n in reasons.items()))
@@ -285,6 +322,7 @@ def naive_fit_node(
             state.slots_used,
             state.memory_used_mib,
             state.core_percent_used,
+            json.loads(state.device.info("hami.io/node-nvidia-score") or "{}"),
         )
         for position, state in enumerate(node.devices)
     ]

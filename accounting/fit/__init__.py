@@ -35,13 +35,14 @@ CardComputeUnitsExhausted. Devices are tried in the order of the pod's GPU polic
 (``accounting.gpu_order``: binpack, spread, mutex, numa and their chains, ties by NUMA node and
 index) by HAMi's device score (``device_order``), its three used fractions weighed by the pod's
 hami.io/device-scoring-weights (``scoring_weights``; 1, 1, 1 without it); with
-nvidia.com/numa-bind an NVIDIA container's cards come from one NUMA node (NumaNotFit). Not
-modelled: the topology GPU policy.
+nvidia.com/numa-bind an NVIDIA container's cards come from one NUMA node (NumaNotFit).
 
 Every vendor of the policy is placed on its own devices (docs/design.md §2.7). The loop above is
-the generic path; a vendor whose table entry names a rule of its own, or an NVIDIA node with a
-card in MIG mode, is placed by ``accounting.vendor_fit`` instead
-(``vendor_fit.needs_rules`` says which): NVIDIA's quota priced card by card there too
+the generic path; a vendor whose table entry names a rule of its own, an NVIDIA node with a
+card in MIG mode, or a pod whose GPU policy names topology-aware (on its NVIDIA cards: every
+card that passes is collected, then the node's pair scores choose among them) is placed by
+``accounting.vendor_fit`` instead (``vendor_fit.needs_rules`` and
+``_PodPlan.chooses_by_topology`` say which): NVIDIA's quota priced card by card there too
 (``_QuotaWalk`` handed down), every vendor's checked on the complete placement.
 
 The package, one job a module, from the top floor down (.importlinter holds the floors):

@@ -24,13 +24,19 @@ from accounting.fit.policies import SPREAD
 from accounting.fit.quota_walk import QuotaContext, _QuotaWalk
 from accounting.fit.refusal import _card_verdicts, _walk_reasons
 from accounting.model import Pod
+from accounting.pair_scores import card_scores
 from accounting.reasons import CARD_UUID_MISMATCH, NODE_INSUFFICIENT_DEVICE
+from accounting.vendor_data import PAIR_SCORES_INFO
+from accounting.vendor_fit import topology
 from accounting.vendors import NVIDIA, NVIDIA_RESOURCES, VendorResources
 
 TAKEN = "taken"
 """The walk gave the card to the container."""
 NOT_TRIED = "not tried"
 """The walk had the container's cards before it came to this one."""
+LEFT_BY_TOPOLOGY = "left by topology-aware"
+"""The card passed every check, but the topology-aware policy chose others among those that
+passed (the node's pair scores: ``accounting.vendor_fit.topology``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,15 +96,19 @@ def card_walks(
                 for ask in vendor_plan.asks
             )
         else:
-            walks.extend(_vendor_walks(plan, vendor_plan, columns, pod))
+            walks.extend(_vendor_walks(plan, vendor_plan, columns, pod, fitted))
     return fitted, tuple(walks)
 
 
 def _vendor_walks(
-    plan: _PodPlan, vendor_plan: _VendorPlan, columns: _NodeColumns, pod: Pod
+    plan: _PodPlan, vendor_plan: _VendorPlan, columns: _NodeColumns, pod: Pod, fitted: NodeFit
 ) -> list[ContainerWalk]:
     """The generic walk of ``accounting.fit.place._place_vendor``, container by container,
-    recording each card's verdict."""
+    recording each card's verdict. Under topology-aware (NVIDIA's walk in the fit, which
+    collects every card that passes and then chooses) every card is visited, the chosen ones
+    are taken and the others passed are ``LEFT_BY_TOPOLOGY``; a container refused there
+    carries the fit's reason (HAMi counts no NumaNotFit under the policy)."""
+    topology = plan.chooses_by_topology(vendor_plan)
     vendor_name = vendor_plan.vendor_name
     devices = columns.devices
     blocks = _blocks(devices, vendor_name, vendor_plan.device_filter)
@@ -108,7 +118,9 @@ def _vendor_walks(
     cores_free = list(columns.cores_free)
     room = vendor_plan.quota_room
     quota = None
-    if room is not None and not _always_within(vendor_plan, room, columns.memory_total):
+    if room is not None and (
+        topology or not _always_within(vendor_plan, room, columns.memory_total)
+    ):
         quota = _QuotaWalk(room, len(devices))
     numa_groups = plan.order.numa_bind and vendor_name == NVIDIA
     walks: list[ContainerWalk] = []
@@ -131,17 +143,21 @@ def _vendor_walks(
         order = sorted(walkable, key=key)
         verdicts = _card_verdicts(
             ask, blocks, order, columns, (slots_free, memory_free, cores_free), quota,
-            plan.mutex, numa_groups, count=ask.count,
+            plan.mutex, numa_groups, count=None if topology else ask.count,
         )
         walked = {p for p, _ in verdicts}
         picks = [p for p, reason in verdicts if reason is None]
+        if topology:
+            verdicts, picks = _topology_choice(verdicts, picks, ask.count, columns)
         cards: list[tuple[int, str]] = [
             *((p, reason or TAKEN) for p, reason in verdicts),
             *((p, block) for p in ours if (block := blocks[p]) is not None and p not in walked),
             *((p, NOT_TRIED) for p in order if p not in walked),
         ]
         refusal = ""
-        if len(picks) < ask.count:
+        if topology and len(picks) < ask.count:
+            refusal = fitted.reason
+        elif len(picks) < ask.count:
             refusal = _walk_reasons(
                 ask, blocks, order, columns, (slots_free, memory_free, cores_free), quota,
                 vendor_name, len(ours), plan.mutex, numa_groups,
@@ -169,3 +185,27 @@ def _vendor_walks(
                 memory_free[p] -= memory
                 cores_free[p] -= ask.core_percent
     return walks
+
+
+def _topology_choice(
+    verdicts: list[tuple[int, str | None]], passed: list[int], count: int, columns: _NodeColumns
+) -> tuple[list[tuple[int, str | None]], list[int]]:
+    """The verdicts and picks once the topology-aware policy has chosen among the cards that
+    passed, as the fit's walk chooses. Too few passed: they stay taken, as the walk had them
+    when it ran out (AllocatedCardsInsufficientRequest); past the choice's bound none is
+    taken."""
+    if len(passed) < count:
+        return verdicts, passed
+    devices = columns.devices
+    uuids = [devices[p].device.uuid for p in passed]
+    scores = {
+        devices[p].device.uuid: card_scores(devices[p].device.info(PAIR_SCORES_INFO))
+        for p in passed
+    }
+    places = topology.choose(uuids, count, scores)
+    chosen = [passed[i] for i in places or ()]
+    kept = set(chosen)
+    return [
+        (p, LEFT_BY_TOPOLOGY if reason is None and p not in kept else reason)
+        for p, reason in verdicts
+    ], chosen

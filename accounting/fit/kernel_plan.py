@@ -72,11 +72,16 @@ class FitPlan:
     @property
     def kernel_may_fit(self) -> bool:
         """Whether a fast path may fit the pod: it tries every node's devices in the order
-        precomputed for all pods and refuses no card for being busy. False for a pod whose GPU
-        policy names mutex (idle cards only) or whose own device order differs (a policy
-        chain not led by binpack or spread, nvidia.com/numa-bind, its
+        precomputed for all pods, refuses no card for being busy and takes the first cards that
+        pass. False for a pod whose GPU policy names mutex (idle cards only) or, for NVIDIA
+        cards, topology-aware (a choice among all that pass), or whose own device order
+        differs (a policy chain not led by binpack or spread, nvidia.com/numa-bind, its
         hami.io/device-scoring-weights): the reference fit places it, node by node."""
-        return self._plan.default_order and not self._plan.mutex
+        return (
+            self._plan.default_order
+            and not self._plan.mutex
+            and not self._plan.chooses_by_topology(self._vendor_plan)
+        )
 
     @property
     def quota_room(self) -> quota_rules.QuotaRoom | None:

@@ -118,7 +118,7 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _NodePlacement | str:
             needs = columns.rules_needed[only.vendor_name] = vendor_fit.needs_rules(
                 only.spec, columns.devices
             )
-        if not needs:
+        if not needs and not plan.chooses_by_topology(only):
             generic = _place_vendor(plan, only, columns)
             return generic[1] if isinstance(generic, tuple) else [_Placed(only, generic, None)]
     placed: _NodePlacement = []
@@ -131,7 +131,7 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _NodePlacement | str:
                 spec, columns.devices
             )
         outcome: tuple[int, str] | None = None
-        if needs:
+        if needs or plan.chooses_by_topology(vendor_plan):
             ruled = _place_by_rules(plan, vendor_plan, columns)
             if isinstance(ruled, vendor_fit.RuleFailure):
                 outcome = (ruled.order, ruled.reason)
@@ -163,7 +163,12 @@ def _place_by_rules(
     if (
         room is not None
         and vendor_plan.spec.rule == "nvidia"
-        and not _always_within(vendor_plan, room, columns.memory_total)
+        # Under topology-aware every card that passes is priced with those collected before
+        # it, not only as many as asked: no placement bounds what the walk prices.
+        and (
+            plan.chooses_by_topology(vendor_plan)
+            or not _always_within(vendor_plan, room, columns.memory_total)
+        )
     ):
         walk = _QuotaWalk(room, len(columns.devices))
     context = vendor_fit.RuleContext(
@@ -176,6 +181,7 @@ def _place_by_rules(
         plan.score,
         quota=walk,
         mutex=plan.mutex,
+        topology=plan.topology,
     )
     ruled = vendor_fit.place(context, vendor_plan.asks, columns.devices)
     if isinstance(ruled, vendor_fit.RuleFailure) or room is None:

@@ -15,7 +15,7 @@ from accounting.annotations import GPU_POLICY_ANNOTATION
 from accounting.container_ask import ContainerAsk, container_ask
 from accounting.device_filter import DeviceFilter
 from accounting.fit.device_order import Score, device_score, weighted_score
-from accounting.fit.policies import BINPACK, _checked_policy, _names_mutex
+from accounting.fit.policies import BINPACK, _checked_policy, _names_mutex, _names_topology
 from accounting.fit.quota_walk import QuotaContext
 from accounting.fit.scoring_weights import DEFAULT_WEIGHTS, ScoringWeights, scoring_weights
 from accounting.gpu_order import GpuOrder, gpu_order
@@ -54,6 +54,9 @@ class _PodPlan:
     mutex: bool = False
     """The pod's GPU policy names mutex: a card with a task on it is refused
     (ExclusiveDeviceAllocateConflict), after its time slices, as HAMi's every vendor does."""
+    topology: bool = False
+    """The pod's GPU policy names topology-aware: its NVIDIA cards are chosen among all that
+    pass by the node's pair scores, on NVIDIA's walk (``accounting.vendor_fit``)."""
     explain_refusals: bool = True
     """False: a container that fits no card, with no quota in play, refuses the node as
     NOT_EXPLAINED instead of with the per-card count (a caller that only wants the first node
@@ -74,6 +77,11 @@ class _PodPlan:
         spread by the default device score, ties by NUMA node and index, no NUMA grouping):
         the fast paths' order."""
         return self.weights.is_default and self.order.precomputed
+
+    def chooses_by_topology(self, vendor_plan: _VendorPlan) -> bool:
+        """The pod's cards of this vendor are chosen by the topology-aware policy (NVIDIA's
+        alone, as in HAMi): the vendors' walk places them, never the generic loop."""
+        return self.topology and vendor_plan.spec.rule == "nvidia"
 
     @property
     def asks(self) -> tuple[ContainerAsk, ...]:
@@ -142,6 +150,7 @@ class _PodPlan:
             vendor_plans=tuple(plans),
             order=order,
             mutex=_names_mutex(annotation),
+            topology=_names_topology(annotation),
             explain_refusals=explain_refusals,
             weights=weights,
             score=weighted_score(weights),

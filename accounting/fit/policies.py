@@ -28,6 +28,18 @@ def _names_mutex(annotation: str | None) -> bool:
     )
 
 
+TOPOLOGY_AWARE = "topology-aware"
+"""The GPU policy that chooses a pod's NVIDIA cards by the node's pair scores (a choice among
+the cards that pass, not an order), named as mutex is."""
+
+
+def _names_topology(annotation: str | None) -> bool:
+    """Whether the pod's GPU policy annotation names ``topology-aware`` (``PolicyContains``)."""
+    return annotation is not None and any(
+        part.strip() == TOPOLOGY_AWARE for part in annotation.split(",")
+    )
+
+
 def _checked_policy(name: str, value: str) -> str:
     lowered = value.strip().lower()
     if lowered not in POLICIES:

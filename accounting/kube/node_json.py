@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from accounting import hami_codec, numbers
-from accounting.annotations import DEVICE_CORDON_ANNOTATION
+from accounting import hami_codec, numbers, pair_scores
+from accounting.annotations import DEVICE_CORDON_ANNOTATION, NODE_PAIR_SCORE_ANNOTATION
 from accounting.errors import InvalidInputError, Violations
 from accounting.kube import quantity
 from accounting.limits import INT32_MAX, MAX_DEVICES_PER_NODE, MAX_NODE_NAME_CHARS
@@ -34,6 +34,7 @@ from accounting.vendor_data import (
     AWS_INSTANCE_TYPE_INFO,
     DRS_PROFILE_NAME,
     DRS_PROFILES_INFO,
+    PAIR_SCORES_INFO,
 )
 from accounting.vendor_spec import CapacityDevices, DeviceSource, VendorSpec
 from accounting.vendors import VendorResources, specs_for
@@ -130,6 +131,7 @@ def registration_key(
         annotations.get(ASCEND_SOFT_SPLIT_ANNOTATION),
         labels.get(AWS_INSTANCE_TYPE_LABEL),
         annotations.get(DEVICE_CORDON_ANNOTATION),
+        annotations.get(NODE_PAIR_SCORE_ANNOTATION),
     ]
     return json.dumps([*_sources(obj, vendors), *extras], separators=(",", ":"), default=str)
 
@@ -210,6 +212,9 @@ def _vendor_devices(
     devices = hami_codec.decode_node_register(value, path=path, vendor=spec.vendor)
     if spec.rule == "nvidia":
         devices = _with_cordon(devices, annotations.get(DEVICE_CORDON_ANNOTATION), prefix)
+        devices = _with_pair_scores(
+            devices, annotations.get(NODE_PAIR_SCORE_ANNOTATION), prefix
+        )
     if spec.rule == "ascend":
         soft_split = annotations.get(ASCEND_SOFT_SPLIT_ANNOTATION) == "true"
         devices = tuple(
@@ -246,6 +251,39 @@ def _with_cordon(devices: tuple[Device, ...], value: object, prefix: str) -> tup
             pairs[CORDONED_INFO] = "true"
         marked.append(replace(device, custom_info=tuple(sorted(pairs.items()))))
     return tuple(marked)
+
+
+def _with_pair_scores(
+    devices: tuple[Device, ...], value: object, prefix: str
+) -> tuple[Device, ...]:
+    """The NVIDIA devices each with its pair scores of ``hami.io/node-nvidia-score``
+    (``PAIR_SCORES_INFO``, set on no other): only the scores with the node's own cards, the only
+    ones the topology-aware policy looks up.
+
+    Raises:
+        InvalidInputError: naming the annotation, for a value HAMi's ``DecodePairScores``
+            refuses (HAMi's node then offers no NVIDIA device; here the node's devices do not
+            read, as with a register annotation that does not).
+    """
+    path = f"{prefix}metadata.annotations[{quote(NODE_PAIR_SCORE_ANNOTATION)}]"
+    if value is None:
+        scores: dict[str, dict[str, int]] = {}
+    elif isinstance(value, str):
+        scores = pair_scores.decode_pair_scores(value, path)
+    else:
+        raise InvalidInputError.single(path, "must be a string")
+    if not scores and not any(device.info(PAIR_SCORES_INFO) is not None for device in devices):
+        return devices
+    uuids = {device.uuid for device in devices}
+    scored = []
+    for device in devices:
+        pairs = dict(device.custom_info)
+        pairs.pop(PAIR_SCORES_INFO, None)
+        mine = {other: n for other, n in scores.get(device.uuid, {}).items() if other in uuids}
+        if any(mine.values()):
+            pairs[PAIR_SCORES_INFO] = pair_scores.encode_card_scores(mine)
+        scored.append(replace(device, custom_info=tuple(sorted(pairs.items()))))
+    return tuple(scored)
 
 
 def _with_info(device: Device, key: str, value: str) -> Device:

@@ -1,8 +1,9 @@
 """HAMi's per-device fit, written out for the devices the generic path does not cover.
 
 Layer: accounting (pure). ``accounting.fit`` places most pods with its generic loop (memory,
-cores, slots). A vendor whose entry in the vendor table names a rule, or an NVIDIA node with a
-card in MIG mode, is placed here instead, by a readable copy of HAMi's ``Fit`` walk
+cores, slots). A vendor whose entry in the vendor table names a rule, an NVIDIA node with a
+card in MIG mode, or a pod whose GPU policy names topology-aware (its NVIDIA cards), is placed
+here instead, by a readable copy of HAMi's ``Fit`` walk
 (``pkg/device/<vendor>/device.go``) with each vendor's own steps:
 
 * the walk visits the vendor's devices in the fit's order and counts, per device visited, the
@@ -19,6 +20,8 @@ card in MIG mode, is placed here instead, by a readable copy of HAMi's ``Fit`` w
   for several devices may get several instances of one card (HAMi visits a MIG card again);
 * **whole devices** (Metax GPU, Enflame GCU, Kunlun, Vastai, Biren) and **one device per pod**
   (Metax GPU, Moore Threads); **compute units** (AMD: percent asked, CUs charged);
+* **topology-aware** (NVIDIA, a pod whose GPU policy names it): every card that passes is
+  collected, then the node's pair scores choose among them (``topology``);
 * **Ascend**: the hami-core gate (``ModeNotFit`` once for the node), NetworkID groups and 910C
   modules of two NPUs;
 * vendors whose HAMi rule is not modelled here refuse the node with
@@ -30,8 +33,8 @@ each regular init container is checked against it as it stands at its point and 
 nothing; a container's own grants are charged once its walk is done, as HAMi's do.
 
 The package: ``walk`` (the walk and the node's refusals), the vendors' own steps beside it
-(``ascend``, ``enflame_drs``, ``kunlun_walk``, ``metax``, ``neuron``), over ``cards`` (the cards
-and the steps every vendor takes on one).
+(``ascend``, ``enflame_drs``, ``kunlun_walk``, ``metax``, ``neuron``, ``topology``), over
+``cards`` (the cards and the steps every vendor takes on one).
 """
 
 from accounting.vendor_fit.ascend import network_term

@@ -126,6 +126,9 @@ class RuleContext:
     could refuse a card here)."""
     mutex: bool = False
     """The pod's GPU policy names mutex: a card with a task on it is refused."""
+    topology: bool = False
+    """The pod's GPU policy names topology-aware: NVIDIA's walk collects every card that passes
+    and chooses among them by the node's pair scores (``accounting.vendor_fit.topology``)."""
 
 
 @dataclass(frozen=True, slots=True)

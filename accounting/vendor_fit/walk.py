@@ -3,7 +3,7 @@ refusals, the order the cards are tried in, and one container's walk over them c
 
 Layer: accounting (pure; ``place`` and ``needs_rules`` are what ``accounting.fit`` calls). The
 vendors' own steps are in the modules beside it (``ascend``, ``enflame_drs``, ``kunlun_walk``,
-``metax``, ``neuron``), over the cards and their common steps (``cards``).
+``metax``, ``neuron``, ``topology``), over the cards and their common steps (``cards``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from accounting import mig
+from accounting import mig, pair_scores
 from accounting.container_ask import ContainerAsk
 from accounting.model import DeviceGrant, DeviceState, MigPlacement
 from accounting.reasons import (
@@ -34,6 +34,7 @@ from accounting.reasons import (
 from accounting.vendor_data import (
     ASCEND_SOFT_SPLIT_INFO,
     METAX_APP_CLASS,
+    PAIR_SCORES_INFO,
     VASTAI_STRATEGY_INFO,
 )
 from accounting.vendor_fit.ascend import choose_ascend, collects_all, full_modules
@@ -51,6 +52,7 @@ from accounting.vendor_fit.enflame_drs import drs_device, drs_profile, with_drs_
 from accounting.vendor_fit.kunlun_walk import kunlun_picks
 from accounting.vendor_fit.metax import metax_picks
 from accounting.vendor_fit.neuron import neuron_cores, neuron_picks
+from accounting.vendor_fit.topology import MAX_COMBINATIONS, choose
 from accounting.vendor_spec import Charge, VendorSpec
 
 NOT_MODELLED_RULES: dict[str, str] = {}
@@ -201,7 +203,9 @@ def _walk(
     reasons: dict[str, int] = {}
     picks: list[Pick] = []
     remaining = ask.demand.count
-    collect_all = collects_all(context, ask, ordered)
+    # NVIDIA's topology-aware policy collects every card that passes, then chooses.
+    topology = context.topology and context.spec.rule == "nvidia"
+    collect_all = topology or collects_all(context, ask, ordered)
     # Instances already chosen for this container, per card (HAMi's toAllocate on a revisit).
     chosen: dict[int, list[MigPlacement]] = {}
     taken = [0, 0, 0]  # what this container's picks add to the quota's folded totals
@@ -216,7 +220,10 @@ def _walk(
         ):
             numa_now = card.state.device.numa
             if picks:
-                reasons[NUMA_NOT_FIT] = reasons.get(NUMA_NOT_FIT, 0) + len(picks)
+                # HAMi counts the cards as NumaNotFit when it had taken some: under
+                # topology-aware it takes none while it walks, and only starts again.
+                if not topology:
+                    reasons[NUMA_NOT_FIT] = reasons.get(NUMA_NOT_FIT, 0) + len(picks)
                 picks = []
                 chosen = {}
                 taken = [0, 0, 0]
@@ -243,7 +250,9 @@ def _walk(
         if not card.is_mig:
             index += 1
         # A MIG card is visited again for the container's next device.
-    if collect_all:
+    if topology and len(picks) >= ask.demand.count:
+        return _topology_picks(ask, ordered, picks, devices_total)
+    if collect_all and not topology:
         chosen_picks = choose_ascend(context, ask, ordered, picks)
         if chosen_picks is not None:
             return chosen_picks
@@ -255,6 +264,27 @@ def _walk(
     if picks:
         reasons[ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(picks)
     return format_reasons(reasons, devices_total)
+
+
+def _topology_picks(
+    ask: ContainerAsk, ordered: Sequence[Card], picks: Sequence[Pick], devices_total: int
+) -> tuple[Pick, ...] | str:
+    """The topology-aware choice among the picks that passed (``accounting.vendor_fit.topology``),
+    in walk order. A MIG card's instances are found one after another (the card is visited
+    again), so the first best combination takes its first instances, the ones HAMi charges
+    when it chooses each instance again as the grants are added."""
+    scores = {
+        card.uuid: pair_scores.card_scores(card.state.device.info(PAIR_SCORES_INFO))
+        for card in ordered
+    }
+    chosen = choose([grant.uuid for _, grant in picks], ask.demand.count, scores)
+    if chosen is None:
+        return (
+            f"{devices_total}/{devices_total} {VENDOR_RULE_NOT_MODELLED} (NVIDIA: a "
+            f"topology-aware choice of {ask.demand.count} of the {len(picks)} devices that "
+            f"passed, more than {MAX_COMBINATIONS} combinations)"
+        )
+    return tuple(picks[index] for index in chosen)
 
 
 def _quota_added(

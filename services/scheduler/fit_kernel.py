@@ -38,10 +38,10 @@ hands in as ``NodeState`` (read directly from the recorder), and nodes where the
 quota could refuse a card (``FitPlan.always_within_quota`` is false: the quota is priced per
 card in walk order, which the reference does), and every node for a pod the kernel's one
 device order does not serve (``FitPlan.kernel_may_fit`` is false: a GPU policy naming mutex,
-ordering by anything but the score first, or with nvidia.com/numa-bind, or
-hami.io/device-scoring-weights of its own). The chosen node's grants are always the
-reference fit's, computed on that one node by ``answer_from_columns``: the kernel decides which
-nodes fit and which of them is best, and ``fit_node`` says how.
+or topology-aware for NVIDIA cards, ordering by anything but the score first, or with
+nvidia.com/numa-bind, or hami.io/device-scoring-weights of its own). The chosen node's grants
+are always the reference fit's, computed on that one node by ``answer_from_columns``: the
+kernel decides which nodes fit and which of them is best, and ``fit_node`` says how.
 """
 
 from __future__ import annotations

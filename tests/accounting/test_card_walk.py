@@ -3,7 +3,8 @@ grants ``fit_node`` gives, in the same order; a container it shows refused carri
 reason; every card of the vendor is shown once per container walked.
 
 Random pods and nodes of tests/accounting/test_fit_properties.py (policies, chains, numa-bind,
-mutex, weights, UUID and type annotations, NUMA nodes), with and without a quota, and the cases
+mutex, topology-aware with pair scores, weights, UUID and type annotations, NUMA nodes), with
+and without a quota, and the cases
 a reader asks about: a cordoned card, another NUMA node, a busy card under mutex.
 """
 
@@ -16,7 +17,13 @@ from accounting.annotations import GPU_POLICY_ANNOTATION, NUMA_BIND_ANNOTATION
 from accounting.fit import NodeState, QuotaContext
 from accounting.fit.card_walk import NOT_TRIED, TAKEN, card_walks
 from accounting.model import CORDONED_INFO, Device, DeviceState, Pod
-from tests.accounting.test_fit_properties import PROPERTY_SETTINGS, _quota, nodes, pods
+from tests.accounting.test_fit_properties import (
+    PROPERTY_SETTINGS,
+    _quota,
+    nodes,
+    pods,
+    topology_pods,
+)
 from tests.builders import PodBuilder, req
 
 QUOTAS = st.one_of(
@@ -35,6 +42,12 @@ QUOTAS = st.one_of(
 def test_the_walk_shows_what_the_fit_decided(
     pod: Pod, node: NodeState, gpu_policy: str, quota: QuotaContext | None
 ) -> None:
+    _shows_what_the_fit_decided(pod, node, gpu_policy, quota)
+
+
+def _shows_what_the_fit_decided(
+    pod: Pod, node: NodeState, gpu_policy: str, quota: QuotaContext | None
+) -> None:
     fitted, walks = card_walks(pod, node, gpu_policy=gpu_policy, quota=quota)
     positions = {c.name: p for p, c in enumerate(pod.containers)}
     uuids = sorted(d.device.uuid for d in node.devices if d.device.vendor == "NVIDIA")
@@ -48,6 +61,17 @@ def test_the_walk_shows_what_the_fit_decided(
     if not fitted.fits:
         assert walks and walks[-1].refusal == fitted.reason
         assert all(not walk.refusal for walk in walks[:-1])
+
+
+@PROPERTY_SETTINGS
+@given(pod=topology_pods(), node=nodes(min_devices=2, max_devices=6),
+       gpu_policy=st.sampled_from(["binpack", "spread"]), quota=QUOTAS)
+def test_the_walk_shows_the_topology_choice(
+    pod: Pod, node: NodeState, gpu_policy: str, quota: QuotaContext | None
+) -> None:
+    # Pods under topology-aware that often fit, so that the choice among the cards that pass
+    # is made (the fit's is NVIDIA's vendor walk; the walk shown re-makes it).
+    _shows_what_the_fit_decided(pod, node, gpu_policy, quota)
 
 
 def _node(*devices: Device, used: dict[str, int] | None = None) -> NodeState:

@@ -3,6 +3,7 @@
 * a pod that fits never takes a device past its memory, cores or slots;
 * the merged usage the fit reports is exactly accounting.pod.collapse_grants of its grants;
 * the shared-state fit gives the same answers as the literal deep-copy fit (bench/naive_fit.py);
+* so does the topology-aware policy's choice among the cards that pass (pair scores drawn);
 * fit_pod agrees with fit_node on every node and does not depend on the order of the nodes;
 * the first node that fits in node_order_key order is fit_pod's choice (what-if replays),
   and fit_nodes without explanations answers as fit_node but for the card count;
@@ -42,17 +43,21 @@ from accounting.model import (
     Pod,
     QuotaItem,
 )
+from accounting.pair_scores import encode_card_scores
 from accounting.pod import collapse_grants
 from accounting.reasons import NOT_EXPLAINED, RESOURCE_QUOTA_NOT_FIT
 from bench.naive_fit import naive_fit_node
 
 PROPERTY_SETTINGS = settings(max_examples=500, deadline=None)
 MODELS = ("NVIDIA A10", "NVIDIA A100-SXM4-40GB", "NVIDIA-Tesla T4")
+PAIR_SCORES = (-5, 0, 1, 100, 150, 200)
 GPU_POLICIES = (
     "binpack", "spread", "numa", "mutex", "Binpack", "binpack,numa", "numa,binpack",
     "spread, numa", "numa,spread", "binpack,spread", "mutex,binpack", "mutex, numa", "x,y",
+    "topology-aware", "binpack, topology-aware", "numa,topology-aware",
 )
-"""hami.io/gpu-scheduler-policy values: single ones, chains, and words HAMi reads as spread."""
+"""hami.io/gpu-scheduler-policy values: single ones, chains, and words HAMi reads as spread;
+topology-aware alone and in chains."""
 
 
 @st.composite
@@ -85,10 +90,18 @@ def nodes(
     count = draw(st.integers(min_devices, max_devices))
     # Repeated indexes are allowed: the tie-break must still be deterministic.
     indexes = draw(st.lists(st.integers(0, 3), min_size=count, max_size=count))
-    return NodeState(
-        name,
-        tuple(draw(devices(f"{name}-g{i}", indexes[i])) for i in range(count)),
-    )
+    states = [draw(devices(f"{name}-g{i}", indexes[i])) for i in range(count)]
+    if draw(st.booleans()):
+        # The node's pair scores (hami.io/node-nvidia-score), which the topology-aware
+        # policy chooses cards by: asymmetric, negative and missing ones too.
+        uuids = [state.device.uuid for state in states]
+        for i, state in enumerate(states):
+            scores = draw(
+                st.dictionaries(st.sampled_from(uuids), st.sampled_from(PAIR_SCORES), max_size=4)
+            )
+            info = (("hami.io/node-nvidia-score", encode_card_scores(scores)),)
+            states[i] = replace(state, device=replace(state.device, custom_info=info))
+    return NodeState(name, tuple(states))
 
 
 requests = st.one_of(
@@ -270,6 +283,48 @@ def test_fit_node_equals_the_naive_fit_on_nodes_of_up_to_eight_gpus(
     pod: Pod, node: NodeState, gpu_policy: str, quota: QuotaContext | None
 ) -> None:
     # Wide nodes: a charged card can slide several places in the device order.
+    assert fit_node(pod, node, gpu_policy=gpu_policy, quota=quota) == naive_fit_node(
+        pod, node, gpu_policy=gpu_policy, quota=quota
+    )
+
+
+@st.composite
+def topology_pods(draw: st.DrawFn) -> Pod:
+    """A pod under the topology-aware policy whose containers are small enough to fit often,
+    so that the choice among the cards that pass is made (a request for 1: the least
+    connected card; for more: the best combination)."""
+    containers = tuple(
+        Container(
+            f"c{i}",
+            draw(st.sampled_from(list(ContainerClass))),
+            (
+                DeviceRequest(
+                    "NVIDIA",
+                    draw(st.integers(1, 4)),
+                    draw(st.sampled_from([0, 100, 1000])),
+                    0,
+                    draw(st.sampled_from([0, 10, 20])),
+                ),
+            ),
+        )
+        for i in range(draw(st.integers(1, 2)))
+    )
+    policy = draw(
+        st.sampled_from(["topology-aware", "binpack, topology-aware", "spread ,topology-aware"])
+    )
+    annotations = {GPU_POLICY_ANNOTATION: policy}
+    if draw(st.booleans()):  # the collection starts again at each NUMA node (HAMi's quirk)
+        annotations[NUMA_BIND_ANNOTATION] = "true"
+    return Pod("uid", "team-a", "p", containers, annotations=annotations)
+
+
+@PROPERTY_SETTINGS
+@given(topology_pods(), nodes(min_devices=2, max_devices=8), gpu_policies, quotas)
+def test_the_topology_choice_equals_the_naive_fit(
+    pod: Pod, node: NodeState, gpu_policy: str, quota: QuotaContext | None
+) -> None:
+    # The choice among every card that passed, its ties to the first in walk order, and the
+    # quota priced on all the cards collected so far.
     assert fit_node(pod, node, gpu_policy=gpu_policy, quota=quota) == naive_fit_node(
         pod, node, gpu_policy=gpu_policy, quota=quota
     )

@@ -248,3 +248,33 @@ def test_the_replay_takes_fit_pods_node_when_a_vendor_term_reorders_the_nodes(
 
     assert result.placed == 4
     assert chosen_nodes == {"on-a": "a", "on-b-0": "b", "on-b-1": "b", "free": "a"}
+
+
+@pytest.mark.parametrize("policy, card", [(None, "dev-2"), ("topology-aware", "dev-1")])
+def test_the_replay_chooses_cards_by_the_topology_aware_policy(
+    monkeypatch: pytest.MonkeyPatch, policy: str | None, card: str
+) -> None:
+    # HAMi's TestFit_TopologyWorstSingleCard node (tests/support/hami_topology_cases.py T2),
+    # its pair scores read from the Node: the policy takes the least connected card, dev-1;
+    # without it the walk's first card is taken.
+    from tests.support import hami_topology_cases
+
+    node = {"kind": "Node", **hami_topology_cases.FIT[1].kube_node("node1")}
+    annotations = {} if policy is None else {"hami.io/gpu-scheduler-policy": policy}
+    pod = _weighted_pod("topo", 0, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "100",
+                                    "nvidia.com/gpucores": "10"}, annotations)
+    listed = {"kind": "List", "items": [node, pod]}
+    workload = read_workload([SourcedObject("cluster.json", listed)], window_s=600)
+    place = replay_module._Replay.place
+    granted: list[str] = []
+
+    def recording_place(
+        self: replay_module._Replay, live: object, chosen: NodeFit, now_s: int
+    ) -> None:
+        granted.extend(g.uuid for grants in chosen.grants for g in grants)
+        place(self, live, chosen, now_s)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(replay_module._Replay, "place", recording_place)
+    assert replay(workload, CountingRule.SHRINK).placed == 1
+
+    assert granted == [card]
