@@ -42,7 +42,7 @@ the generic path; a vendor whose table entry names a rule of its own, an NVIDIA 
 card in MIG mode, or a pod whose GPU policy names topology-aware (on its NVIDIA cards: every
 card that passes is collected, then the node's pair scores choose among them) is placed by
 ``accounting.vendor_fit`` instead (``vendor_fit.needs_rules`` and
-``_PodPlan.chooses_by_topology`` say which): NVIDIA's quota priced card by card there too
+``_VendorPlan.by_topology`` say which): NVIDIA's quota priced card by card there too
 (``_QuotaWalk`` handed down), every vendor's checked on the complete placement.
 
 The package, one job a module, from the top floor down (.importlinter holds the floors):

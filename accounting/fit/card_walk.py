@@ -28,7 +28,7 @@ from accounting.pair_scores import card_scores
 from accounting.reasons import CARD_UUID_MISMATCH, NODE_INSUFFICIENT_DEVICE
 from accounting.vendor_data import PAIR_SCORES_INFO
 from accounting.vendor_fit import topology
-from accounting.vendors import NVIDIA, NVIDIA_RESOURCES, VendorResources
+from accounting.vendors import NVIDIA_RESOURCES, VendorResources
 
 TAKEN = "taken"
 """The walk gave the card to the container."""
@@ -108,7 +108,7 @@ def _vendor_walks(
     collects every card that passes and then chooses) every card is visited, the chosen ones
     are taken and the others passed are ``LEFT_BY_TOPOLOGY``; a container refused there
     carries the fit's reason (HAMi counts no NumaNotFit under the policy)."""
-    topology = plan.chooses_by_topology(vendor_plan)
+    topology = vendor_plan.by_topology
     vendor_name = vendor_plan.vendor_name
     devices = columns.devices
     blocks = _blocks(devices, vendor_name, vendor_plan.device_filter)
@@ -122,7 +122,7 @@ def _vendor_walks(
         topology or not _always_within(vendor_plan, room, columns.memory_total)
     ):
         quota = _QuotaWalk(room, len(devices))
-    numa_groups = plan.order.numa_bind and vendor_name == NVIDIA
+    numa_groups = vendor_plan.numa_groups
     walks: list[ContainerWalk] = []
     for ask in vendor_plan.asks:
         name = pod.containers[ask.position].name

@@ -80,7 +80,7 @@ class FitPlan:
         return (
             self._plan.default_order
             and not self._plan.mutex
-            and not self._plan.chooses_by_topology(self._vendor_plan)
+            and not self._vendor_plan.by_topology
         )
 
     @property

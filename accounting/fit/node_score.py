@@ -34,9 +34,13 @@ def adds_node_term(vendor: str) -> bool:
     return vendor == KUNLUN_VENDOR or vendor.startswith(ASCEND_TOPOLOGY_PREFIX)
 
 
-def placed_node_score(plan: _PodPlan, columns: _NodeColumns, placement: _NodePlacement) -> float:
-    """The node's score with the pod placed on it as ``placement`` says."""
-    score = columns.node_score
+_KUNLUN_TERM = "kunlun"
+_ASCEND_TERM = "ascend"
+
+
+def _score_terms(columns: _NodeColumns) -> str:
+    """The term the node's score gets: Kunlunxin's when every device is a Kunlunxin card,
+    else Ascend's when an Ascend 910 chip is on it, else none (empty)."""
     devices = columns.devices
     kunlun_only = bool(devices)
     ascend = False
@@ -45,11 +49,23 @@ def placed_node_score(plan: _PodPlan, columns: _NodeColumns, placement: _NodePla
         if vendor != KUNLUN_VENDOR:
             kunlun_only = False
             ascend = ascend or vendor.startswith(ASCEND_TOPOLOGY_PREFIX)
-    if not (kunlun_only or ascend):
+    if kunlun_only:
+        return _KUNLUN_TERM
+    return _ASCEND_TERM if ascend else ""
+
+
+def placed_node_score(plan: _PodPlan, columns: _NodeColumns, placement: _NodePlacement) -> float:
+    """The node's score with the pod placed on it as ``placement`` says."""
+    score = columns.node_score
+    terms = columns.score_terms
+    if terms is None:
+        terms = columns.score_terms = _score_terms(columns)
+    if not terms:
         return score
+    devices = columns.devices
     grants = _grants(plan, columns, placement)
     by_uuid = {state.device.uuid: state.device for state in devices}
-    if kunlun_only:
+    if terms == _KUNLUN_TERM:
         taken = [by_uuid[g.uuid].index for container in grants for g in container]
         used = [state.device.index for state in devices if state.slots_used > 0]
         return score + kunlun.node_score_term(used, taken)

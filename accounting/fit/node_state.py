@@ -39,6 +39,7 @@ class _NodeColumns:
         "numas",
         "rank",
         "rules_needed",
+        "score_terms",
         "slots_free",
         "slots_total",
         "slots_used",
@@ -125,6 +126,9 @@ class _NodeColumns:
         self.unfiltered: dict[str, _Allowed] = {}
         # Per vendor: whether its devices here need accounting.vendor_fit (filled on first use).
         self.rules_needed: dict[str, bool] = {}
+        # Which vendor term the node score gets here (accounting.fit.node_score; filled on
+        # first use): the node is read once, not once per pod.
+        self.score_terms: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

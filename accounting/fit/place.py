@@ -118,7 +118,7 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _NodePlacement | str:
             needs = columns.rules_needed[only.vendor_name] = vendor_fit.needs_rules(
                 only.spec, columns.devices
             )
-        if not needs and not plan.chooses_by_topology(only):
+        if not needs and not only.by_topology:
             generic = _place_vendor(plan, only, columns)
             return generic[1] if isinstance(generic, tuple) else [_Placed(only, generic, None)]
     placed: _NodePlacement = []
@@ -131,7 +131,7 @@ def _place(plan: _PodPlan, columns: _NodeColumns) -> _NodePlacement | str:
                 spec, columns.devices
             )
         outcome: tuple[int, str] | None = None
-        if needs or plan.chooses_by_topology(vendor_plan):
+        if needs or vendor_plan.by_topology:
             ruled = _place_by_rules(plan, vendor_plan, columns)
             if isinstance(ruled, vendor_fit.RuleFailure):
                 outcome = (ruled.order, ruled.reason)
@@ -166,7 +166,7 @@ def _place_by_rules(
         # Under topology-aware every card that passes is priced with those collected before
         # it, not only as many as asked: no placement bounds what the walk prices.
         and (
-            plan.chooses_by_topology(vendor_plan)
+            vendor_plan.by_topology
             or not _always_within(vendor_plan, room, columns.memory_total)
         )
     ):
@@ -236,10 +236,11 @@ def _place_vendor(
         order, base_scores = _pod_order(plan, columns, allowed[0])
     # An order by the score, ties by rank, is fixed up device by device after a container
     # charges cards; any other is sorted again.
-    slides = plan.order.precomputed
+    slides = plan.slides
     # nvidia.com/numa-bind: a container's NVIDIA cards come from one NUMA node; the walk
     # starts again at each NUMA node it enters (the order keeps them together).
-    numa_groups = plan.order.numa_bind and vendor_name == NVIDIA
+    numa_groups = vendor_plan.numa_groups
+    policy_checks = numa_groups or mutex
     numas = columns.numas
     vendor_devices = allowed[3]
     slots_total = columns.slots_total
@@ -300,15 +301,16 @@ def _place_vendor(
         taken = [0, 0, 0]  # what this container's picks add to the quota's folded totals
         numa_now: int | None = None
         for p in order:
-            if numa_groups and numas[p] != numa_now:
-                numa_now = numas[p]
-                if picks:
-                    picks = []
-                    remaining = count
-                    taken = [0, 0, 0]
+            if policy_checks:  # one test per card for the ordinary pod, two rules behind it
+                if numa_groups and numas[p] != numa_now:
+                    numa_now = numas[p]
+                    if picks:
+                        picks = []
+                        remaining = count
+                        taken = [0, 0, 0]
+                if mutex and slots_free[p] < slots_total[p]:
+                    continue  # after the time slices in HAMi; either refuses the card
             if slots_free[p] <= 0:
-                continue
-            if mutex and slots_free[p] < slots_total[p]:
                 continue
             need = memory_fixed if memory_fixed >= 0 else memory_total[p] * memory_percent // 100
             if quota is not None:

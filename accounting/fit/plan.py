@@ -21,7 +21,7 @@ from accounting.fit.scoring_weights import DEFAULT_WEIGHTS, ScoringWeights, scor
 from accounting.gpu_order import GpuOrder, gpu_order
 from accounting.model import ContainerClass, Pod
 from accounting.vendor_spec import VendorSpec
-from accounting.vendors import NVIDIA_RESOURCES, VendorResources, specs_for
+from accounting.vendors import NVIDIA, NVIDIA_RESOURCES, VendorResources, specs_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,11 @@ class _VendorPlan:
     quota_room: quota_rules.QuotaRoom | None
     """What the namespace quota leaves the pod of this vendor (``quota.usage_room``); None when
     no limit could refuse anything (no quota context, or no enforced limit set)."""
+    by_topology: bool = False
+    """The pod's cards of this vendor are chosen by the topology-aware policy (NVIDIA's alone,
+    as in HAMi): the vendors' walk places them, never the generic loop."""
+    numa_groups: bool = False
+    """nvidia.com/numa-bind on NVIDIA's cards: a container's cards come from one NUMA node."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,23 +70,17 @@ class _PodPlan:
     """The pod's hami.io/device-scoring-weights (1, 1, 1 without it)."""
     score: Score = device_score
     """The device score under ``weights``, which orders the node's devices for the pod."""
-
-    @property
-    def gpu_binpack(self) -> bool:
-        """The pod's devices are tried busiest first (its order's first key)."""
-        return self.order.binpack
-
-    @property
-    def default_order(self) -> bool:
-        """The node's devices are tried in an order precomputed for every pod (binpack or
-        spread by the default device score, ties by NUMA node and index, no NUMA grouping):
-        the fast paths' order."""
-        return self.weights.is_default and self.order.precomputed
-
-    def chooses_by_topology(self, vendor_plan: _VendorPlan) -> bool:
-        """The pod's cards of this vendor are chosen by the topology-aware policy (NVIDIA's
-        alone, as in HAMi): the vendors' walk places them, never the generic loop."""
-        return self.topology and vendor_plan.spec.rule == "nvidia"
+    # Read of the order and the weights once per pod, not per node (the placing reads them
+    # for every candidate).
+    gpu_binpack: bool = False
+    """The pod's devices are tried busiest first (its order's first key)."""
+    slides: bool = True
+    """The order is by the score, ties by rank (``GpuOrder.precomputed``): after a container
+    charges cards they slide into place (``_reposition``) instead of a new sort."""
+    default_order: bool = True
+    """The node's devices are tried in an order precomputed for every pod (binpack or spread
+    by the default device score, ties by NUMA node and index, no NUMA grouping): the fast
+    paths' order."""
 
     @property
     def asks(self) -> tuple[ContainerAsk, ...]:
@@ -105,7 +104,10 @@ class _PodPlan:
         """
         weights = scoring_weights(pod.annotations)
         annotation = pod.annotations.get(GPU_POLICY_ANNOTATION)
-        order = gpu_order(pod.annotations, _checked_policy("gpu_policy", gpu_policy) == BINPACK)
+        walk_order = gpu_order(
+            pod.annotations, _checked_policy("gpu_policy", gpu_policy) == BINPACK
+        )
+        topology = _names_topology(annotation)
         # Kubernetes starts app containers only after every init container and sidecar, so
         # they are fitted last even in a pod that lists them earlier: an init container is
         # pre-charged with the sidecars before it and nothing else.
@@ -143,17 +145,22 @@ class _PodPlan:
                     asks=asks,
                     device_filter=DeviceFilter.from_annotations(pod.annotations, spec.selection),
                     quota_room=room,
+                    by_topology=topology and spec.rule == "nvidia",
+                    numa_groups=walk_order.numa_bind and spec.vendor == NVIDIA,
                 )
             )
         return cls(
             pod=pod,
             vendor_plans=tuple(plans),
-            order=order,
+            order=walk_order,
             mutex=_names_mutex(annotation),
-            topology=_names_topology(annotation),
+            topology=topology,
             explain_refusals=explain_refusals,
             weights=weights,
             score=weighted_score(weights),
+            gpu_binpack=walk_order.binpack,
+            slides=walk_order.precomputed,
+            default_order=weights.is_default and walk_order.precomputed,
         )
 
 
