@@ -54,7 +54,7 @@ from accounting.pod import vendors_asked
 from accounting.policy import AccountingPolicy, policy_for
 from accounting.vendors import NVIDIA_RESOURCES
 from services.cli import explain_placement
-from services.cli.options import add_addr_option
+from services.cli.options import add_addr_option, print_violations
 from services.cli.tables import add_identifier_column, console_for, natural_width, print_uncut
 from services.common.config import ConfigError, TlsConfig
 from services.common.errors import DependencyUnavailableError
@@ -471,9 +471,7 @@ def main(
         print(f"{PROG}: {source}: {error}", file=stderr)
         return EXIT_USAGE
     except InvalidInputError as error:
-        print(f"{PROG}: {source}: not a valid Pod:", file=stderr)
-        for violation in error.violations:
-            print(f"  {violation.path}: {violation.message}", file=stderr)
+        print_violations(f"{PROG}: {source}: not a valid Pod:", error, stderr)
         return EXIT_USAGE
 
     placed = None
@@ -485,9 +483,7 @@ def main(
             print(f"{PROG}: {error}", file=stderr)
             return EXIT_USAGE
         except InvalidInputError as error:
-            print(f"{PROG}: {source}: cannot be placed:", file=stderr)
-            for violation in error.violations:
-                print(f"  {violation.path}: {violation.message}", file=stderr)
+            print_violations(f"{PROG}: {source}: cannot be placed:", error, stderr)
             return EXIT_USAGE
     explanation = explain(pod, policy.vendors)
     if args.output == "json":

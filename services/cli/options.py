@@ -1,4 +1,4 @@
-"""Options the command-line tools share, spelled once.
+"""Options the command-line tools share, spelled once, and how they print a refused input.
 
 Layer: services/cli (shared by the subcommands). A daemon's address is ``--<daemon>-addr``
 everywhere — the daemons' own flags, ``explain``, ``demo``, ``usage`` and the Go client — after
@@ -10,8 +10,11 @@ longer shown.
 from __future__ import annotations
 
 import argparse
+from typing import TextIO
 
-__all__ = ["add_addr_option"]
+from accounting.errors import InvalidInputError
+
+__all__ = ["add_addr_option", "print_violations"]
 
 
 def add_addr_option(
@@ -30,3 +33,10 @@ def add_addr_option(
         f"--{daemon}", dest=daemon, default=argparse.SUPPRESS, metavar="HOST:PORT",
         help=argparse.SUPPRESS,
     )
+
+
+def print_violations(heading: str, error: InvalidInputError, err: TextIO) -> None:
+    """A refused input on stderr: ``heading``, then one line per offending field."""
+    print(heading, file=err)
+    for violation in error.violations:
+        print(f"  {violation.path}: {violation.message}", file=err)

@@ -38,6 +38,7 @@ from accounting import numbers
 from accounting.counting_rules import CountingRule
 from accounting.errors import InvalidInputError
 from accounting.fit import POLICIES
+from services.cli.options import print_violations
 from services.cli.tables import add_identifier_column, console_for, print_uncut
 from services.cli.what_if_chart import INSTALL_HINT, ChartUnavailableError, write_chart
 from whatif.generate import generate
@@ -463,9 +464,7 @@ def main(
         print(f"{PROG}: {error}", file=stderr)
         return EXIT_USAGE
     except InvalidInputError as error:
-        print(f"{PROG}: malformed input:", file=stderr)
-        for violation in error.violations:
-            print(f"  {violation.path}: {violation.message}", file=stderr)
+        print_violations(f"{PROG}: malformed input:", error, stderr)
         return EXIT_USAGE
 
     settings = ReplaySettings(
