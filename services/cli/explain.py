@@ -48,6 +48,7 @@ from accounting.explain import (
     Model,
     explain,
 )
+from accounting.fit.card_walk import card_walks
 from accounting.kube.pod_json import DEFAULT_NAMESPACE, parse_pod
 from accounting.model import DeviceRequest
 from accounting.pod import vendors_asked
@@ -478,7 +479,7 @@ def main(
     if args.node is not None:
         try:
             node = explain_placement.load_node(args.node, policy.vendors, args.usage)
-            placed = explain_placement.placement(pod, node, policy.vendors, args.gpu_policy)
+            placed = card_walks(pod, node, vendors=policy.vendors, gpu_policy=args.gpu_policy)
         except explain_placement.NodeSourceError as error:
             print(f"{PROG}: {error}", file=stderr)
             return EXIT_USAGE

@@ -27,9 +27,9 @@ from rich.table import Table
 
 from accounting.errors import InvalidInputError
 from accounting.fit import NodeFit, NodeState
-from accounting.fit.card_walk import ContainerWalk, card_walks
+from accounting.fit.card_walk import ContainerWalk
 from accounting.kube.node_json import parse_node
-from accounting.model import DeviceState, Pod
+from accounting.model import DeviceState
 from accounting.vendors import VendorResources
 from hami.accounting.v1 import usage_pb2, usage_pb2_grpc
 from services.cli.tables import add_identifier_column
@@ -94,13 +94,6 @@ def _from_manifest(path: Path, vendors: Sequence[VendorResources]) -> NodeState:
         raise NodeSourceError(f"--node {path}: not a valid Node: {problems}") from None
     return NodeState(registration.node_name,
                      tuple(DeviceState(device) for device in registration.devices))
-
-
-def placement(
-    pod: Pod, node: NodeState, vendors: Sequence[VendorResources], gpu_policy: str
-) -> tuple[NodeFit, tuple[ContainerWalk, ...]]:
-    """The fit's answer for the pod on the node and each container's walk."""
-    return card_walks(pod, node, vendors=vendors, gpu_policy=gpu_policy)
 
 
 def placement_json(fitted: NodeFit, walks: Sequence[ContainerWalk]) -> Json:
