@@ -7,6 +7,7 @@ HAMi's spelling (pkg/device/common), so operators read the same words from both 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from accounting.amount import Amount, Dimension
@@ -125,3 +126,35 @@ NODE_CHANGED = "NodeChanged"
 """A Reserve refused because the recorder's node no longer matches the one the fit saw."""
 NODE_UNREGISTERED = "node unregistered"
 """The failed-node reason of a candidate the recorder has no inventory for."""
+
+# -- what more room cannot fix -----------------------------------------------------------------
+
+ROOM_CANNOT_FIX = frozenset({
+    CARD_NOT_HEALTH,
+    CARD_UNHEALTHY,
+    CARD_CORDONED,
+    CARD_TYPE_MISMATCH,
+    CARD_UUID_MISMATCH,
+    NODE_INSUFFICIENT_DEVICE,
+    RESOURCE_QUOTA_NOT_FIT,
+    VENDOR_RULE_NOT_MODELLED,
+    NODE_UNREGISTERED,
+})
+"""Refusals that no pod leaving the node would lift: the card's health, cordon, type or UUID,
+fewer devices than asked, the namespace's quota (its other pods may sit on any node), a rule not
+modelled, no inventory. Every other reason is about room a pod holds on the node's cards (slots,
+memory, cores, an exclusive or a MIG placement, a NUMA node's cards), which preempting that pod
+could free."""
+
+_REASON_CODE = re.compile(r"[A-Z][A-Za-z]+")
+
+
+def room_cannot_fix(node_reason: str) -> bool:
+    """Whether a failed node's reason (HAMi's ``"2/2 CardTypeMismatch, 1/2 CardCordoned"``, a bare
+    code, or ``node unregistered``) names only refusals in ``ROOM_CANNOT_FIX``: then preempting
+    pods on the node cannot make the pod fit there (kube-scheduler's
+    FailedAndUnresolvableNodes). A reason naming nothing known is taken as fixable."""
+    if node_reason == NODE_UNREGISTERED:
+        return True
+    codes = _REASON_CODE.findall(node_reason)
+    return bool(codes) and all(code in ROOM_CANNOT_FIX for code in codes)

@@ -19,7 +19,7 @@ from accounting import errors, owned_annotations, quoting, received_json
 from accounting.errors import InvalidInputError
 from accounting.kube import pod_json
 from services.admission import convert
-from services.admission.servicer import QuotaChecker
+from services.admission.servicer import VIA_ADMISSION_REVIEW, QuotaChecker
 from services.common.errors import DependencyUnavailableError
 
 _LOG = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ def review_response(
                 namespace=namespace if isinstance(namespace, str) else "",
             ),
             lambda: pod_json.names_extended_resources(obj),
-            via="admission-review",
+            via=VIA_ADMISSION_REVIEW,
         )
     except InvalidInputError as error:
         return denied(review, 400, "BadRequest", error.bounded(prefix="invalid pod: ")[1])

@@ -12,7 +12,9 @@ context: that span then is the pod's root span and carries the pod and the decis
 per check (ARCHITECTURE.md §6; a second span cost more than tracing's budget). When the caller
 did send trace context, the RPC span belongs to the caller's trace, and the check is the span
 ``admission.check_quota``, the root of a new trace (the pod's), linked to the RPC's span; so is
-a check from the AdmissionReview endpoint, which has no RPC span. A pod that carries the
+a check from the AdmissionReview endpoint, which has no RPC span, except that its trace is the
+one the pod's uid names (``telemetry.pod_uid_trace``): that endpoint cannot annotate the pod,
+and the kube-scheduler extender finds the trace again from the uid. A pod that carries the
 annotation gets ``admission.check_quota`` on its existing trace. The response's
 ``traceparent`` is the pod trace's span, for the caller to store in the annotation.
 """
@@ -57,6 +59,8 @@ SERVICE_NAME = admission_pb2.DESCRIPTOR.services_by_name["Admission"].full_name
 METRICS_SERVICE = "admission"
 """The ``service`` label of this daemon's metrics."""
 SPAN_NAME = "admission.check_quota"
+VIA_ADMISSION_REVIEW = "admission-review"
+"""The ``via`` of a check from the AdmissionReview endpoint (spans, logs, metrics)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +144,13 @@ def _pod_trace_span(tracer: trace.Tracer, pod: Pod, via: str) -> Iterator[trace.
     links = [trace.Link(current)] if current.is_valid else []
     span = tracer.start_span(
         SPAN_NAME,
-        context=otel_context.Context(),  # empty: a new trace, the pod's own
+        # A new trace, the pod's own; from the AdmissionReview endpoint, which sees the pod's
+        # uid and cannot annotate the pod, the one the extender finds again from the uid.
+        context=(
+            telemetry.pod_uid_trace(pod.uid)
+            if via == VIA_ADMISSION_REVIEW and pod.uid
+            else otel_context.Context()
+        ),
         links=links,
         attributes=_check_attributes(pod, via),
     )

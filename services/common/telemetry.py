@@ -12,6 +12,7 @@ record, shrink, release) is parented on that annotation by ``pod_span``.
 from __future__ import annotations
 
 import enum
+import hashlib
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -159,6 +160,28 @@ def pod_span(
         name, context=parent, kind=kind, attributes=span_attributes, links=links
     ) as span:
         yield span
+
+
+def pod_uid_trace(uid: str) -> otel_context.Context:
+    """The trace of a pod that carries no ``hami.io/traceparent``, found again from its uid alone.
+
+    The AdmissionReview endpoint cannot write the annotation (a validating webhook does not
+    change the pod), yet the kube-scheduler extender that places the pod later must join the
+    check's trace. Both derive the same context from the uid the API server gave the pod: a
+    trace id and a parent span id taken from a SHA-256 of it, the parent a remote span that no
+    daemon records (a trace viewer shows the check and the placement as the trace's top spans,
+    under a parent it never received). The extender then writes the annotation, so everything
+    after it (the bind, the recorder) follows the annotation as usual.
+    """
+    digest = hashlib.sha256(f"hami-accounting pod {uid}".encode()).digest()
+    # Neither id may be all zeros (invalid in W3C trace context); a digest that gives one is
+    # about 2^-64 likely, and then the low bit is set.
+    trace_id = int.from_bytes(digest[:16], "big") or 1
+    span_id = int.from_bytes(digest[16:24], "big") or 1
+    parent = trace.SpanContext(
+        trace_id, span_id, is_remote=True, trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED)
+    )
+    return trace.set_span_in_context(trace.NonRecordingSpan(parent), otel_context.Context())
 
 
 def current_traceparent() -> str:

@@ -2,12 +2,14 @@
 ``hami-accounting serve scheduler``.
 
 Layer: services/scheduler (runtime). Config -> traced channel to the usage recorder -> pod
-placer -> gRPC server (``hami.accounting.v1.Scheduler`` with health and reflection), then serve
-until SIGTERM/SIGINT. With ``HAMI_ACCOUNTING_NODE_CACHE=watch`` (the default) a node cache fed by
-WatchUsage, on its own untraced channel, starts with it. Health: the ``liveness`` service and
-the overall status are SERVING from start to stop. The daemon holds no state of its own (the
-cache is a copy, dropped whenever its stream ends); an unreachable recorder makes each Filter
-UNAVAILABLE rather than the daemon unready, so the extender sees why it was refused.
+placer -> gRPC server (``hami.accounting.v1.Scheduler`` with health and reflection) and, with
+``HAMI_ACCOUNTING_EXTENDER_ADDR``, kube-scheduler's extender endpoint over the same placer
+(services.scheduler.extender), then serve until SIGTERM/SIGINT. With
+``HAMI_ACCOUNTING_NODE_CACHE=watch`` (the default) a node cache fed by WatchUsage, on its own
+untraced channel, starts with it. Health: the ``liveness`` service and the overall status are
+SERVING from start to stop. The daemon holds no state of its own (the cache is a copy, dropped
+whenever its stream ends); an unreachable recorder makes each Filter UNAVAILABLE rather than the
+daemon unready, so the extender sees why it was refused.
 """
 
 from __future__ import annotations
@@ -28,10 +30,19 @@ from services.common.daemon import (
     Flag,
     run,
 )
+from services.common.json_endpoint import EndpointSpec, EndpointStartError, JsonEndpoint
+from services.common.kube_api import KUBERNETES_MODES, KubernetesConfigError
 from services.common.policy import RecorderPolicy
 from services.common.server import ServerHandle, build_service_server, client_channel
 from services.scheduler import allocator
-from services.scheduler.config import NODE_CACHE_MODES, NODE_CACHE_WATCH, SchedulerConfig
+from services.scheduler.config import (
+    NODE_CACHE_MODES,
+    NODE_CACHE_WATCH,
+    ExtenderConfig,
+    SchedulerConfig,
+)
+from services.scheduler.extender import FILTER_PATH, MAX_BODY_BYTES, ExtenderFilter
+from services.scheduler.extender_args import filter_result
 from services.scheduler.metrics import METRICS_SERVICE
 from services.scheduler.node_cache import NodeCache
 from services.scheduler.placer import PodPlacer
@@ -52,6 +63,8 @@ class SchedulerDaemon:
     recorder: RecorderClient
     tracer_provider: TracerProvider | None
     node_cache: NodeCache | None = None
+    extender: JsonEndpoint | None = None
+    """The kube-scheduler extender endpoint, when configured."""
 
     @property
     def target(self) -> str:
@@ -61,6 +74,8 @@ class SchedulerDaemon:
     def shutdown_background(self) -> None:
         """Stops the node cache, closes the recorder channel and flushes traces (after the gRPC
         server stopped)."""
+        if self.extender is not None:
+            self.extender.stop()
         if self.node_cache is not None:
             self.node_cache.close()
         self.recorder.close()
@@ -83,6 +98,8 @@ def start(
 
     Raises:
         ServerStartError: the gRPC address cannot be bound.
+        EndpointStartError: the extender's address cannot be bound or its certificate read.
+        KubernetesConfigError: the extender's Kubernetes configuration cannot be loaded.
     """
     allocator.keep_large_blocks_on_the_heap()
     channel = client_channel(
@@ -107,7 +124,11 @@ def start(
         node_cache=node_cache,
     )
     servicer = SchedulerServicer(placer)
+    extender: JsonEndpoint | None = None
     try:
+        if config.extender is not None:
+            extender = _start_extender(config, config.extender, placer, recorder,
+                                       tracer_provider)
         handle = build_service_server(
             config.common,
             SERVICE_NAME,
@@ -116,6 +137,8 @@ def start(
             max_workers=max_workers,
         )
     except BaseException:
+        if extender is not None:
+            extender.stop()
         if node_cache is not None:
             node_cache.close()
         recorder.close()
@@ -131,7 +154,45 @@ def start(
         recorder=recorder,
         tracer_provider=tracer_provider,
         node_cache=node_cache,
+        extender=extender,
     )
+
+
+def _start_extender(
+    config: SchedulerConfig,
+    settings: ExtenderConfig,
+    placer: PodPlacer,
+    recorder: RecorderClient,
+    tracer_provider: TracerProvider | None,
+) -> JsonEndpoint:
+    # Imported here: the Kubernetes client is slow to import, and only the extender uses it.
+    from services.scheduler.pod_annotations import PodAnnotationWriter
+
+    api_client = config.kubernetes.api_client()
+    assert api_client is not None  # the config refuses an extender without Kubernetes
+    answer = ExtenderFilter(
+        placer,
+        recorder,
+        PodAnnotationWriter(api_client),
+        policy=recorder.policy,
+        node_policy=config.node_policy,
+        gpu_policy=config.gpu_policy,
+        deadline_s=settings.deadline_ms / 1000,
+        tracer=telemetry.tracer_for(tracer_provider, "services.scheduler"),
+    )
+    spec = EndpointSpec(
+        name="extender",
+        routes={FILTER_PATH: answer.answer},
+        max_body_bytes=MAX_BODY_BYTES,
+        error_body=lambda _status, message: filter_result(error=message),
+        server_version="hami-accounting-scheduler",
+    )
+    endpoint = JsonEndpoint(settings.addr, spec, tls=settings.tls)
+    _LOG.info("kube-scheduler extender listening",
+              extra={"extender_url": endpoint.url(FILTER_PATH),
+                     "mutual_tls": bool(settings.tls and settings.tls.client_ca_file),
+                     "deadline_ms": settings.deadline_ms})
+    return endpoint
 
 
 # -- command line ------------------------------------------------------------------------------
@@ -139,8 +200,9 @@ def start(
 SPEC: DaemonSpec[SchedulerConfig, SchedulerDaemon] = DaemonSpec(
     name="scheduler",
     description="The scheduler daemon: init- and sidecar-aware GPU fit for HAMi's scheduler "
-    "extender (gRPC Filter), reserving each placement in the usage recorder, under the "
-    "recorder's accounting policy.",
+    "extender (gRPC Filter) or, beside HAMi as released, for kube-scheduler itself (the "
+    "extender protocol's POST /filter), reserving each placement in the usage recorder, under "
+    "the recorder's accounting policy.",
     flags=(
         USAGE_ADDR_FLAG,
         Flag("--node-policy", "NODE_SCHEDULER_POLICY", "node choice; default binpack",
@@ -154,6 +216,20 @@ SPEC: DaemonSpec[SchedulerConfig, SchedulerDaemon] = DaemonSpec(
              "deadline of every recorder call, milliseconds; default 2000", {"metavar": "MS"}),
         Flag("--node-cache", "NODE_CACHE", "read node usage from a WatchUsage cache (watch) or "
              "directly on every Filter (off); default watch", {"choices": NODE_CACHE_MODES}),
+        Flag("--extender-addr", "EXTENDER_ADDR", "serve kube-scheduler's extender protocol "
+             "(POST /filter) on this address; default off", {"metavar": "HOST:PORT"}),
+        Flag("--extender-cert-file", "EXTENDER_CERT_FILE", "PEM certificate of the extender "
+             "(HTTPS); plain HTTP without", {"metavar": "FILE"}),
+        Flag("--extender-key-file", "EXTENDER_KEY_FILE", "PEM private key of the extender",
+             {"metavar": "FILE"}),
+        Flag("--extender-client-ca-file", "EXTENDER_CLIENT_CA_FILE", "require client "
+             "certificates signed by this CA (mutual TLS)", {"metavar": "FILE"}),
+        Flag("--extender-deadline-ms", "EXTENDER_DEADLINE_MS", "answer every extender request "
+             "within this; default 4000", {"metavar": "MS"}),
+        Flag("--kubernetes", "KUBERNETES", "the Kubernetes API the extender annotates pods "
+             "through; default off", {"choices": KUBERNETES_MODES}),
+        Flag("--kubeconfig", "KUBECONFIG", "kubeconfig for --kubernetes kubeconfig (or "
+             "KUBECONFIG)", {"metavar": "FILE"}),
         *RECORDER_SETTING_FLAGS,
     ),
     read_config=SchedulerConfig.from_env,
@@ -164,7 +240,9 @@ SPEC: DaemonSpec[SchedulerConfig, SchedulerDaemon] = DaemonSpec(
         "gpu_policy": config.gpu_policy,
         "reserve_attempts": config.reserve_attempts,
         "node_cache": config.node_cache,
+        "extender_url": daemon.extender.url(FILTER_PATH) if daemon.extender else None,
     },
+    start_errors=(EndpointStartError, KubernetesConfigError),
 )
 
 

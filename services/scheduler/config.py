@@ -18,11 +18,16 @@ from accounting.fit import BINPACK, POLICIES, SPREAD
 from services.common.config import (
     DEFAULT_USAGE_ADDR,
     CommonConfig,
+    env_addr,
     env_choice,
     env_int,
+    env_name,
+    env_path,
     raise_if_problems,
     recorder_client_config,
 )
+from services.common.json_endpoint import ServingTls
+from services.common.kube_api import NO_KUBERNETES, KubernetesAccess
 
 DEFAULT_RESERVE_ATTEMPTS = 3
 MAX_RESERVE_ATTEMPTS = 20
@@ -32,6 +37,49 @@ NODE_CACHE_OFF = "off"
 NODE_CACHE_WATCH = "watch"
 """A local copy of every node's state fed by WatchUsage; direct reads while it is down."""
 NODE_CACHE_MODES = (NODE_CACHE_OFF, NODE_CACHE_WATCH)
+DEFAULT_EXTENDER_DEADLINE_MS = 4000
+"""Inside kube-scheduler's default extender ``httpTimeout`` of 5 s."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExtenderConfig:
+    """The kube-scheduler extender endpoint (services.scheduler.extender)."""
+
+    addr: str
+    """``host:port`` it listens on (HAMI_ACCOUNTING_EXTENDER_ADDR)."""
+    tls: ServingTls | None
+    """HTTPS with this certificate and key (HAMI_ACCOUNTING_EXTENDER_CERT_FILE and _KEY_FILE),
+    and with HAMI_ACCOUNTING_EXTENDER_CLIENT_CA_FILE mutual TLS; None: plain HTTP."""
+    deadline_ms: int = DEFAULT_EXTENDER_DEADLINE_MS
+    """Every recorder call and the pod's patch of one request, within this
+    (HAMI_ACCOUNTING_EXTENDER_DEADLINE_MS); keep it under the extender's ``httpTimeout``."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], problems: list[str]) -> ExtenderConfig | None:
+        """The endpoint's settings; None when HAMI_ACCOUNTING_EXTENDER_ADDR is unset."""
+        cert = env_path(env, "EXTENDER_CERT_FILE", problems=problems, must_exist=True)
+        key = env_path(env, "EXTENDER_KEY_FILE", problems=problems, must_exist=True)
+        client_ca = env_path(env, "EXTENDER_CLIENT_CA_FILE", problems=problems, must_exist=True)
+        deadline_ms = env_int(env, "EXTENDER_DEADLINE_MS", DEFAULT_EXTENDER_DEADLINE_MS,
+                              problems=problems, minimum=100, maximum=60_000)
+        given = bool(env.get(env_name("EXTENDER_ADDR"), "").strip())
+        if not given:
+            if cert or key or client_ca:
+                problems.append(f"{env_name('EXTENDER_CERT_FILE')}, _KEY_FILE and "
+                                f"_CLIENT_CA_FILE need {env_name('EXTENDER_ADDR')}")
+            return None
+        addr = env_addr(env, "EXTENDER_ADDR", "", problems=problems)
+        tls: ServingTls | None = None
+        if cert is not None and key is not None:
+            tls = ServingTls(cert, key, client_ca)
+        elif cert is not None or key is not None:
+            missing = "EXTENDER_KEY_FILE" if cert is not None else "EXTENDER_CERT_FILE"
+            problems.append(f"{env_name(missing)} required for HTTPS on the extender (set both "
+                            "files, or neither for plain HTTP)")
+        elif client_ca is not None:
+            problems.append(f"{env_name('EXTENDER_CLIENT_CA_FILE')} needs HTTPS: set "
+                            f"{env_name('EXTENDER_CERT_FILE')} and _KEY_FILE too")
+        return cls(addr=addr, tls=tls, deadline_ms=deadline_ms)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +107,11 @@ class SchedulerConfig:
     node_cache: str = NODE_CACHE_WATCH
     """``watch`` (default) or ``off`` (HAMI_ACCOUNTING_NODE_CACHE); see
     services.scheduler.node_cache. Reserve re-checks either way."""
+    extender: ExtenderConfig | None = None
+    """The kube-scheduler extender endpoint; None (the default) serves gRPC only."""
+    kubernetes: KubernetesAccess = NO_KUBERNETES
+    """The Kubernetes API the extender patches pods through (HAMI_ACCOUNTING_KUBERNETES and
+    HAMI_ACCOUNTING_KUBECONFIG); required with the extender, unused without it."""
 
     @property
     def usage_timeout_s(self) -> float:
@@ -94,6 +147,13 @@ class SchedulerConfig:
         node_cache = env_choice(
             env, "NODE_CACHE", NODE_CACHE_MODES, NODE_CACHE_WATCH, problems=problems
         )
+        extender = ExtenderConfig.from_env(env, problems)
+        kubernetes = KubernetesAccess.from_env(env, problems=problems)
+        if extender is not None and not kubernetes.enabled:
+            problems.append(
+                f"{env_name('EXTENDER_ADDR')} needs a Kubernetes API to annotate the pods it "
+                f"places: set {env_name('KUBERNETES')} to in-cluster or kubeconfig"
+            )
         raise_if_problems(problems)
         return cls(
             common=common,
@@ -103,4 +163,6 @@ class SchedulerConfig:
             reserve_attempts=reserve_attempts,
             usage_timeout_ms=usage_timeout_ms,
             node_cache=node_cache,
+            extender=extender,
+            kubernetes=kubernetes,
         )

@@ -116,8 +116,11 @@ class NodeNameReader:
         """The last list read that was valid, and its names without duplicates (replaced
         whole, so a Filter on another thread reads a consistent pair)."""
 
-    def read(self, found: Violations, names: Sequence[str]) -> tuple[str, ...]:
-        """The candidates, duplicates dropped; every problem is added to ``found``."""
+    def read(
+        self, found: Violations, names: Sequence[str], *, path: str = "node_names"
+    ) -> tuple[str, ...]:
+        """The candidates, duplicates dropped; every problem is added to ``found``, under
+        ``path`` (the gRPC field, or the extender's ``NodeNames``)."""
         # Read once: every element read of a protobuf repeated field builds a new str, and at
         # thousands of candidates each pass over the field costs as much as the checks.
         given = list(names)
@@ -125,7 +128,7 @@ class NodeNameReader:
         if given and given == last_given:
             return last_unique
         before = len(found)
-        unique = _node_names(found, given)
+        unique = _node_names(found, given, path)
         if len(found) == before:
             self._last = (given, unique)
         return unique
@@ -158,12 +161,12 @@ def filter_input(
     return FilterInput(pod=pod, node_names=node_names)
 
 
-def _node_names(found: Violations, given: list[str]) -> tuple[str, ...]:
+def _node_names(found: Violations, given: list[str], path: str) -> tuple[str, ...]:
     if not given:
-        found.add("node_names", "at least one candidate node is required")
+        found.add(path, "at least one candidate node is required")
         return ()
     if len(given) > MAX_CANDIDATE_NODES:
-        found.add("node_names", f"at most {MAX_CANDIDATE_NODES} candidate nodes, got {len(given)}")
+        found.add(path, f"at most {MAX_CANDIDATE_NODES} candidate nodes, got {len(given)}")
         return ()
     # Duplicates add nothing; the first occurrence keeps its place.
     unique = dict.fromkeys(given)
@@ -172,10 +175,10 @@ def _node_names(found: Violations, given: list[str]) -> tuple[str, ...]:
         return tuple(unique)
     for index, name in enumerate(given):
         if not name:
-            found.add(f"node_names[{index}]", "must not be empty")
+            found.add(f"{path}[{index}]", "must not be empty")
         elif len(name) > MAX_NODE_NAME_CHARS:
             found.add(
-                f"node_names[{index}]",
+                f"{path}[{index}]",
                 f"at most {MAX_NODE_NAME_CHARS} characters, got {len(name)}: {quote(name)}",
             )
     return tuple(unique)

@@ -29,9 +29,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from accounting.ledger import Ledger
 from services.common import metrics, telemetry
 from services.common.daemon import DaemonSpec, Flag, run
+from services.common.kube_api import KUBERNETES_MODES, api_client_from_mode
 from services.common.server import ServerHandle, UnaryCalls, build_aio_server
 from services.usage import metrics as usage_metrics
-from services.usage.config import KUBERNETES_MODES, UsageConfig
+from services.usage.config import UsageConfig
 from services.usage.journal import (
     EXIT_JOURNAL_DAMAGED,
     ON_DAMAGE_ACCEPT_LOSS,
@@ -299,9 +300,6 @@ def start(
         )
         api_client = None
         if config.kubernetes_enabled:
-            # Imported only when used: the Kubernetes client is slow to import.
-            from services.usage.k8s import api_client_from_mode
-
             kubeconfig = str(config.kubeconfig) if config.kubeconfig else None
             api_client = api_client_from_mode(config.kubernetes, kubeconfig)
         leader_view = (

@@ -26,6 +26,7 @@ from services.common.config import (
     env_str,
     raise_if_problems,
 )
+from services.common.kube_api import KubernetesAccess
 from services.usage.journal import (
     ON_DAMAGE_MODES,
     ON_DAMAGE_REBUILD,
@@ -34,7 +35,6 @@ from services.usage.journal import (
 )
 from services.usage.watch_hub import DEFAULT_MAX_STREAMS
 
-KUBERNETES_MODES = ("off", "in-cluster", "kubeconfig")
 DEFAULT_DATA_DIR = Path("data")
 DEFAULT_LEASE_NAME = "hami-accounting-usage"
 SERVICE_ACCOUNT_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -127,11 +127,8 @@ class UsageConfig:
         problems: list[str] = []
         common = CommonConfig.for_service(env, "usage", problems=problems)
         data_dir = env_path(env, "DATA_DIR", DEFAULT_DATA_DIR, problems=problems)
-        kubernetes = env_choice(env, "KUBERNETES", KUBERNETES_MODES, "off", problems=problems)
-        kubeconfig = env_path(env, "KUBECONFIG", problems=problems)
-        if kubeconfig is None and env.get("KUBECONFIG", "").strip():
-            # Only the first file of a KUBECONFIG list: the client reads one file.
-            kubeconfig = Path(env["KUBECONFIG"].strip().split(":")[0])
+        access = KubernetesAccess.from_env(env, problems=problems)
+        kubernetes, kubeconfig = access.mode, access.kubeconfig
         leader_election = env_bool(env, "LEADER_ELECTION", False, problems=problems)
         if leader_election and kubernetes == "off":
             problems.append(

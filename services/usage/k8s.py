@@ -37,7 +37,7 @@ from http import HTTPStatus
 from typing import Any
 
 import urllib3.exceptions
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
@@ -65,13 +65,11 @@ __all__ = [
     "QUOTA_KEYS",
     "ApiClient",
     "KubernetesApiError",
-    "KubernetesConfigError",
     "KubernetesSource",
     "LeaseClient",
     "LeaseConflictError",
     "LeaseRecord",
     "UsageSink",
-    "api_client_from_mode",
     "merge_quota_limits",
     "quota_limits",
 ]
@@ -88,45 +86,6 @@ _WHO_KINDS = {_PODS: "pod", _NODES: "node", _QUOTAS: "resourcequota"}
 # Added to timeoutSeconds for the socket read timeout, so a silent server is noticed.
 _WATCH_READ_GRACE_S = 30
 _FIRST_BACKOFF_S = 0.5
-
-
-class KubernetesConfigError(Exception):
-    """No usable Kubernetes client configuration (in-cluster or kubeconfig)."""
-
-
-def api_client_from_mode(mode: str, kubeconfig: str | None) -> ApiClient | None:
-    """Builds the API client for a configured source mode.
-
-    Args:
-        mode: ``off`` (no Kubernetes source), ``in-cluster`` (the pod's service account) or
-            ``kubeconfig`` (the file at ``kubeconfig``; None means ``$KUBECONFIG`` or
-            ``~/.kube/config``).
-        kubeconfig: path of the kubeconfig file, used with ``mode="kubeconfig"``.
-
-    Raises:
-        ValueError: an unknown mode.
-        KubernetesConfigError: the configuration could not be loaded.
-    """
-    if mode == "off":
-        return None
-    configuration = client.Configuration()
-    try:
-        # The client's config module is unannotated.
-        if mode == "in-cluster":
-            config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration
-            )
-        elif mode == "kubeconfig":
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, client_configuration=configuration
-            )
-        else:
-            raise ValueError(f"unknown Kubernetes mode {mode!r}: use off, in-cluster or kubeconfig")
-    except config.ConfigException as error:
-        raise KubernetesConfigError(
-            f"cannot load the {mode} Kubernetes configuration: {error}"
-        ) from error
-    return ApiClient(configuration)
 
 
 # -- the source ----------------------------------------------------------------------------------
@@ -160,7 +119,8 @@ class KubernetesSource:
         """Builds a stopped source; ``start()`` runs it.
 
         Args:
-            api_client: the official client's ApiClient, e.g. from ``api_client_from_mode``.
+            api_client: the official client's ApiClient, e.g. from
+                ``services.common.kube_api.api_client_from_mode``.
             sink: where pods, nodes and quotas go.
             policy: the recorder's accounting policy: which resources pods are read for, and
                 which ResourceQuota keys are read.

@@ -1,13 +1,15 @@
 """A fake kube-apiserver for tests, speaking the real wire format over HTTP/1.1.
 
 Layer: test support; standard library only on the server side (the official client appears only
-in ``kube_client()``). It serves list, get, create, replace, merge patch, delete and watch for
-core/v1 pods, nodes and resourcequotas, coordination.k8s.io/v1 leases and policy/v1
-poddisruptionbudgets, a list's equality ``labelSelector``, and a pod's ``eviction``
-subresource with the PodDisruptionBudget arithmetic (below), with one resourceVersion counter
-shared by every kind (as etcd has), a bounded event log, and the failure modes a watcher must
-survive: ``410 Expired`` for a resourceVersion older than the log, ``409 Conflict`` for a stale
-update, and BOOKMARK events. Watch streams are ``Transfer-Encoding: chunked``, one JSON event per
+in ``kube_client()``). It serves list, get, create, replace, merge patch (its ``metadata.uid`` a
+precondition, as kube-apiserver takes it), delete and watch for core/v1 pods, nodes and
+resourcequotas, coordination.k8s.io/v1 leases and policy/v1 poddisruptionbudgets, a list's
+equality ``labelSelector``, a pod's ``binding`` subresource (sets ``spec.nodeName`` once, as a
+scheduler's Bind does) and its ``eviction`` subresource with the PodDisruptionBudget arithmetic
+(below), with one resourceVersion counter shared by every kind (as etcd has), a bounded event
+log, and the failure modes a watcher must survive: ``410 Expired`` for a resourceVersion older
+than the log, ``409 Conflict`` for a stale update, and BOOKMARK events. Watch streams are
+``Transfer-Encoding: chunked``, one JSON event per
 line, closed at ``timeoutSeconds`` with the zero-length chunk, as kube-apiserver does.
 
 Test API: ``add/update/delete/get`` mutate the store as a controller would; ``compact()``
@@ -440,9 +442,30 @@ class FakeApiServer:
         current = self._objects[resource.plural].get((namespace, name))
         if current is None:
             raise ApiError(404, "NotFound", f'{resource.plural} "{name}" not found')
+        given_uid = (body.get("metadata") or {}).get("uid")
+        if given_uid is not None and given_uid != current["metadata"].get("uid"):
+            # kube-apiserver takes a patch's uid as a precondition.
+            raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: "
+                           f"{given_uid}, UID in object meta: {current['metadata'].get('uid')}")
         patched = _merge_patch(copy.deepcopy(current), body)
         patched["metadata"].pop("resourceVersion", None)
         return self._replace(resource, namespace, name, patched)
+
+    def _bind(self, namespace: str, name: str, body: Any) -> tuple[int, dict[str, Any]]:
+        # A Binding sets spec.nodeName once, as kube-apiserver's binding subresource does.
+        target = (body.get("target") or {}) if isinstance(body, dict) else {}
+        node = target.get("name") if isinstance(target, dict) else None
+        if not isinstance(node, str) or not node:
+            raise ApiError(400, "BadRequest", "Binding.target.name is required")
+        with self._cond:
+            pod = self._objects["pods"].get((namespace, name))
+            if pod is None:
+                raise ApiError(404, "NotFound", f'pods "{name}" not found')
+            if pod.get("spec", {}).get("nodeName"):
+                raise ApiError(409, "Conflict", f'pod {name} is already assigned to node '
+                               f'"{pod["spec"]["nodeName"]}"')
+            self._patch(_RESOURCES["pods"], namespace, name, {"spec": {"nodeName": node}})
+        return 201, _status(201, "Created", "")
 
     def _evict(self, namespace: str, name: str) -> tuple[int, dict[str, Any]]:
         pods = self._objects["pods"]
@@ -552,8 +575,9 @@ class FakeApiServer:
         namespace = match["namespace"]
         name = match["name"]
         subresource = match["subresource"]
-        if subresource is not None and (resource.plural, subresource, method) != (
-            "pods", "eviction", "POST"
+        if subresource is not None and (
+            (resource.plural, method) != ("pods", "POST")
+            or subresource not in ("eviction", "binding")
         ):
             _send_json(handler, 404, _status(404, "NotFound", f"no subresource {subresource}"))
             return
@@ -570,6 +594,9 @@ class FakeApiServer:
             if subresource == "eviction":
                 assert name is not None
                 code, payload = self._evict(_scoped(resource, namespace), name)
+            elif subresource == "binding":
+                assert name is not None
+                code, payload = self._bind(_scoped(resource, namespace), name, body)
             else:
                 code, payload = self._serve_plain(
                     method, resource, namespace, name, body, query.get("labelSelector", "")

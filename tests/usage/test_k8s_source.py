@@ -21,7 +21,7 @@ import pytest
 from accounting.model import Device, Pod
 from accounting.policy import policy_for
 from accounting.vendors import VENDORS
-from services.usage import k8s
+from services.common import kube_api
 from services.usage.k8s import KubernetesSource, merge_quota_limits, quota_limits
 from tests.support.fake_apiserver import FakeApiServer
 
@@ -607,11 +607,11 @@ def test_a_restarted_source_lists_reconciles_and_syncs_again(harness: Harness) -
 
 
 def test_api_client_from_mode(tmp_path: Any) -> None:
-    assert k8s.api_client_from_mode("off", None) is None
+    assert kube_api.api_client_from_mode("off", None) is None
     with pytest.raises(ValueError, match="unknown Kubernetes mode"):
-        k8s.api_client_from_mode("sideways", None)
-    with pytest.raises(k8s.KubernetesConfigError):
-        k8s.api_client_from_mode("kubeconfig", str(tmp_path / "missing"))
+        kube_api.api_client_from_mode("sideways", None)
+    with pytest.raises(kube_api.KubernetesConfigError):
+        kube_api.api_client_from_mode("kubeconfig", str(tmp_path / "missing"))
 
     with FakeApiServer() as server:
         server.add("pods", gpu_pod("uid-1"))
@@ -628,7 +628,7 @@ def test_api_client_from_mode(tmp_path: Any) -> None:
                 }
             )
         )
-        api_client = k8s.api_client_from_mode("kubeconfig", str(kubeconfig))
+        api_client = kube_api.api_client_from_mode("kubeconfig", str(kubeconfig))
         assert api_client is not None
         sink = RecordingSink()
         source = KubernetesSource(api_client, sink)

@@ -1,9 +1,9 @@
-"""Connection deadlines for the AdmissionReview endpoint: one thread closes every connection
-that overruns its deadline.
+"""Connection deadlines for the JSON endpoints (services.common.json_endpoint): one thread
+closes every connection that overruns its deadline.
 
-Layer: services/admission (adapter runtime). A socket timeout bounds each single read, not a
-request: a client sending one byte every few seconds keeps it alive for ever, and a few hundred
-such clients hold as many TLS connections, and as many threads, for as long as they please
+Layer: services/common (runtime). A socket timeout bounds each single read, not a request: a
+client sending one byte every few seconds keeps it alive for ever, and a few hundred such
+clients hold as many TLS connections, and as many threads, for as long as they please
 (``tests/admission/test_admission_webhook_slow_clients.py`` opens them). Here each connection
 carries one absolute deadline at a time — for its TLS handshake and first request, for the
 wait for its next request, for that request — and when it passes, the socket is shut down
@@ -21,7 +21,7 @@ import time
 class ConnectionDeadlines:
     """Deadlines of open connections, enforced by one daemon thread (``close`` ends it)."""
 
-    def __init__(self, name: str = "webhook-deadlines") -> None:
+    def __init__(self, name: str = "endpoint-deadlines") -> None:
         self._condition = threading.Condition()
         self._deadlines: dict[socket.socket, float] = {}
         self._closed = False
