@@ -51,7 +51,9 @@ from services.common.connection_deadlines import ConnectionDeadlines
 _LOG = logging.getLogger(__name__)
 
 HEALTH_PATH = "/healthz"
-_DISCARD_LIMIT_BYTES = 8 * 1024 * 1024
+_DISCARD_FLOOR_BYTES = 8 * 1024 * 1024
+"""An oversized body up to the larger of this and twice the endpoint's limit is read and
+dropped before the 413, so the client reads the answer rather than a reset connection."""
 _REFUSAL_LOG_INTERVAL_S = 10.0
 
 Json = Mapping[str, Any]
@@ -237,7 +239,7 @@ class _Handler(BaseHTTPRequestHandler):
         if length > spec.max_body_bytes:
             # Read (and drop) a moderately oversized body so the client gets the answer instead
             # of a reset connection; anything larger is cut off by closing.
-            self._discard(min(length, _DISCARD_LIMIT_BYTES))
+            self._discard(min(length, max(_DISCARD_FLOOR_BYTES, 2 * spec.max_body_bytes)))
             self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                         f"body of {length} bytes exceeds the limit of {spec.max_body_bytes} "
                         "bytes", close=True)

@@ -129,23 +129,23 @@ class ExtenderFilter:
         """The HTTP status and ExtenderFilterResult of one request body."""
         try:
             args = read_extender_args(body)
+            deadline = self._clock() + self._deadline_s
+            token = otel_context.attach(_pod_trace(args.pod))
+            try:
+                with self._tracer.start_as_current_span(
+                    SPAN_NAME, kind=trace.SpanKind.SERVER, attributes=_span_attributes(args)
+                ) as span:
+                    result = self._answer(args, deadline)
+                    telemetry.set_attributes(span, {"error": result["Error"]} if result["Error"]
+                                             else {"nodes": len(result["NodeNames"] or ())})
+                    return HTTPStatus.OK, result
+            finally:
+                otel_context.detach(token)
         except ExtenderArgsError as error:
             return HTTPStatus.BAD_REQUEST, filter_result(
                 error=errors.bounded_text(f"malformed ExtenderArgs: {error}",
                                           errors.MAX_MESSAGE_CHARS)
             )
-        deadline = self._clock() + self._deadline_s
-        token = otel_context.attach(_pod_trace(args.pod))
-        try:
-            with self._tracer.start_as_current_span(
-                SPAN_NAME, kind=trace.SpanKind.SERVER, attributes=_span_attributes(args)
-            ) as span:
-                result = self._answer(args, deadline)
-                telemetry.set_attributes(span, {"error": result["Error"]} if result["Error"]
-                                         else {"nodes": len(result["NodeNames"] or ())})
-                return HTTPStatus.OK, result
-        finally:
-            otel_context.detach(token)
 
     # -- the two forms ---------------------------------------------------------------------------
 
@@ -155,9 +155,16 @@ class ExtenderFilter:
             return self._simulate(args)
         if not args.node_names:
             return filter_result(node_names=())
+        checked = Violations()
+        node_names = self._names.read(checked, args.node_names, path="NodeNames")
+        try:
+            checked.raise_if_any()
+        except InvalidInputError as error:
+            # Not a pod's problem: kube-scheduler never sends such names.
+            raise ExtenderArgsError(error.bounded()[1]) from None
         try:
             pod, outcome = self._placer.place_request(
-                lambda vendors: self._read_input(args, vendors),
+                lambda vendors: self._read_input(args.pod, node_names, vendors),
                 lambda: pod_json.names_extended_resources(args.pod),
                 lambda: max(min(self._placer.usage_timeout_s, deadline - self._clock()),
                             _MIN_CALL_S),
@@ -186,17 +193,11 @@ class ExtenderFilter:
             node_names=(outcome.fit.node_name,), failed=failed, unresolvable=unresolvable
         )
 
-    def _read_input(self, args: ExtenderArgs, vendors: Sequence[Any]) -> FilterInput:
-        found = Violations()
-        pod: Pod | None = None
-        try:
-            pod = pod_json.parse_pod(args.pod, vendors, path="Pod")
-            validate_pod(pod, "Pod")
-        except InvalidInputError as error:
-            found.extend(error)
-        node_names = self._names.read(found, args.node_names or (), path="NodeNames")
-        found.raise_if_any()
-        assert pod is not None
+    def _read_input(
+        self, pod_object: Mapping[str, Any], node_names: tuple[str, ...], vendors: Sequence[Any]
+    ) -> FilterInput:
+        pod = pod_json.parse_pod(pod_object, vendors, path="Pod")
+        validate_pod(pod, "Pod")
         return FilterInput(pod=pod, node_names=node_names)
 
     def _simulate(self, args: ExtenderArgs) -> dict[str, Any]:

@@ -230,6 +230,7 @@ def test_a_pod_whose_request_cannot_be_read_is_unresolvable_everywhere_naming_th
         (b'{"Pod": {}, "NodeNames": ["node-a", 7]}', "NodeNames[1]: must be a string"),
         (b'{"Pod": {}, "Nodes": {"items": {}}}', "Nodes.items: must be an array"),
         (b'{"Pod": {}}', "NodeNames: one of NodeNames"),
+        (b'{"Pod": {}, "NodeNames": ["node-a", ""]}', "NodeNames[1]: must not be empty"),
     ],
 )
 def test_a_malformed_body_is_400_naming_the_field(
