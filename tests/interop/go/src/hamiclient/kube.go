@@ -42,6 +42,7 @@ type objectMeta struct {
 	Name              string            `json:"name,omitempty"`
 	Namespace         string            `json:"namespace,omitempty"`
 	UID               string            `json:"uid,omitempty"`
+	ResourceVersion   string            `json:"resourceVersion,omitempty"`
 	CreationTimestamp *string           `json:"creationTimestamp"`
 	Labels            map[string]string `json:"labels,omitempty"`
 	Annotations       map[string]string `json:"annotations,omitempty"`
@@ -132,6 +133,20 @@ type kubeNode struct {
 	Metadata objectMeta `json:"metadata"`
 	Spec     struct{}   `json:"spec"`
 	Status   nodeStatus `json:"status"`
+}
+
+// listMeta mirrors metav1.ListMeta (every field omitempty).
+type listMeta struct {
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+}
+
+// kubeNodeList mirrors corev1.NodeList. Its ListMeta is a struct, which
+// encoding/json never omits: an empty list is {"metadata":{},"items":[...]}.
+type kubeNodeList struct {
+	Kind       string     `json:"kind,omitempty"`
+	APIVersion string     `json:"apiVersion,omitempty"`
+	Metadata   listMeta   `json:"metadata,omitempty"`
+	Items      []kubeNode `json:"items"`
 }
 
 // deviceInfo mirrors HAMi's api.DeviceInfo as the device plugin marshals it

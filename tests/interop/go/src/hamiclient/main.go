@@ -3,6 +3,9 @@
 // Scheduler.Filter, pod informer → UsageRecorder.RecordPod/ForgetPod), walks
 // the init-container seed cases 1–4 and prints every figure as one JSON
 // document on stdout. tests/interop/test_go_client.py builds and runs it.
+// With -mode extender it is kube-scheduler instead, calling the scheduler
+// daemon's extender endpoint over HTTP(S) (extender.go,
+// tests/interop/test_go_extender.py).
 //
 // Every call goes through the client package of the Go module in clients/go
 // (hamiaccounting: the dial, deadlines, retries and traceparent HAMi would
@@ -135,9 +138,25 @@ func main() {
 	flag.StringVar(&cfg.tlsCert, "tls-cert", "", "PEM client certificate, for daemons that run mutual TLS")
 	flag.StringVar(&cfg.tlsKey, "tls-key", "", "its PEM private key")
 	flag.StringVar(&cfg.tlsServerName, "tls-server-name", "", "name the daemons' certificates carry (empty: the dialled host)")
+	mode := flag.String("mode", "daemons", "daemons: the gRPC seed cases; extender: kube-scheduler's HTTP extender calls (extender.go)")
+	ext := extenderConfig{}
+	flag.StringVar(&ext.extenderURL, "extender-url", "", "urlPrefix of the scheduler daemon's extender endpoint (-mode extender)")
+	flag.StringVar(&ext.kubeAPIURL, "kube-api-url", "", "Kubernetes API the pods are created on (-mode extender)")
+	flag.StringVar(&ext.namespace, "extender-namespace", namespaceDefault, "namespace of the extender's pods")
+	flag.StringVar(&ext.quotaNamespace, "quota-namespace", "team-q", "namespace whose quota refuses the extender's quota pod")
+	flag.DurationVar(&ext.httpTimeout, "http-timeout", defaultExtenderHTTPTimeout, "the extender's httpTimeout")
 	flag.Parse()
 
-	result := run(cfg)
+	var result *report
+	switch *mode {
+	case "daemons":
+		result = run(cfg)
+	case "extender":
+		result = runExtender(cfg, ext)
+	default:
+		fmt.Fprintf(os.Stderr, "hamiclient: -mode %q: daemons or extender\n", *mode)
+		os.Exit(2)
+	}
 	encoder := json.NewEncoder(os.Stdout)
 	encoder.SetIndent("", "  ")
 	if err := encoder.Encode(result); err != nil {
