@@ -86,8 +86,9 @@ def run_recipe(name: str, directory: Path) -> Ran:
     return Ran(directory, objects)
 
 
-def test_the_doc_has_both_recipes() -> None:
-    assert sorted(recipes()) == ["grpc-tls", "webhook-tls"]
+def test_the_doc_has_its_recipes() -> None:
+    # extender-tls is run by test_deploy_extender.py
+    assert sorted(recipes()) == ["extender-tls", "grpc-tls", "webhook-tls"]
 
 
 # -- the gRPC certificate ------------------------------------------------------------------

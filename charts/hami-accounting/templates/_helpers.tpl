@@ -122,6 +122,72 @@ imagePullSecrets:
 {{- .Values.admission.admissionWebhook.secretName | default (printf "%s-webhook-tls" (include "hami-accounting.daemon" (list . "admission"))) -}}
 {{- end -}}
 
+{{/* The kube-scheduler extender (scheduler.extender, kubeScheduler): its Secrets and names. */}}
+{{- define "hami-accounting.extenderTLSSecret" -}}
+{{- .Values.scheduler.extender.tls.secretName | default (printf "%s-extender-tls" (include "hami-accounting.daemon" (list . "scheduler"))) -}}
+{{- end -}}
+
+{{- define "hami-accounting.kubeScheduler" -}}
+{{- include "hami-accounting.daemon" (list . "kube-scheduler") -}}
+{{- end -}}
+
+{{- define "hami-accounting.kubeSchedulerTLSSecret" -}}
+{{- .Values.kubeScheduler.tls.secretName | default (printf "%s-tls" (include "hami-accounting.kubeScheduler" .)) -}}
+{{- end -}}
+
+{{/* "https" or "http": how the extender is served. */}}
+{{- define "hami-accounting.extenderScheme" -}}
+{{- ternary "https" "http" .Values.scheduler.extender.tls.enabled -}}
+{{- end -}}
+
+{{/* Selector labels of kube-scheduler's pods (not hami-accounting's: no daemon option, such as
+tls or tracing, applies to them). */}}
+{{- define "hami-accounting.kubeSchedulerSelectorLabels" -}}
+app.kubernetes.io/name: kube-scheduler
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: kube-scheduler
+{{- end -}}
+
+{{- define "hami-accounting.kubeSchedulerLabels" -}}
+{{ include "hami-accounting.kubeSchedulerSelectorLabels" . }}
+app.kubernetes.io/part-of: hami
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ include "hami-accounting.chart" . }}
+{{- with .Values.global.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* kube-scheduler's image: registry/repository:tag, the tag defaulting to the cluster's
+version without its vendor suffix (v1.32.4-eks-1a2b3c -> v1.32.4). */}}
+{{- define "hami-accounting.kubeSchedulerImage" -}}
+{{- $image := .Values.kubeScheduler.image -}}
+{{- $tag := $image.tag | default (regexFind "^v[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version) -}}
+{{- if $image.registry -}}
+{{- printf "%s/%s:%s" $image.registry $image.repository $tag -}}
+{{- else -}}
+{{- printf "%s:%s" $image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Our extender's managedResources: the managedResources of the families
+devices.<family>.enabled turns on (files/vendors.yaml), in the table's order, once each. */}}
+{{- define "hami-accounting.managedResources" -}}
+{{- $table := include "hami-accounting.vendorTable" . | fromYaml -}}
+{{- $enabled := include "hami-accounting.vendorFamilies" . | fromJsonArray -}}
+{{- $names := list -}}
+{{- range $family := $table.families -}}
+{{- if has $family.name $enabled -}}
+{{- $names = concat $names $family.managedResources -}}
+{{- end -}}
+{{- end -}}
+{{- range ($names | uniq) }}
+- name: {{ . }}
+  ignoredByScheduler: true
+{{- end }}
+{{- end -}}
+
 {{/* The cert-manager Certificate of the webhook (its CA is injected into the webhook). */}}
 {{/* "true" when the admission daemon serves AdmissionReview: either webhook is on. */}}
 {{- define "hami-accounting.webhookServed" -}}
@@ -217,6 +283,20 @@ default
 {{- end -}}
 {{- if and .Values.prometheus.serviceMonitor.enabled (not .Values.metrics.enabled) -}}
 {{- fail "prometheus.serviceMonitor.enabled=true needs metrics.enabled=true: there would be nothing to scrape" -}}
+{{- end -}}
+{{- if and .Values.kubeScheduler.enabled (not .Values.scheduler.extender.enabled) -}}
+{{- fail "kubeScheduler.enabled=true needs scheduler.extender.enabled=true: its filter extender is the scheduler daemon's" -}}
+{{- end -}}
+{{- if and .Values.scheduler.extender.enabled (ge (int .Values.scheduler.extender.deadlineMs) (mul (int .Values.kubeScheduler.extenderHTTPTimeoutSeconds) 1000)) -}}
+{{- fail "scheduler.extender.deadlineMs must be below kubeScheduler.extenderHTTPTimeoutSeconds: kube-scheduler would give up before the daemon answers" -}}
+{{- end -}}
+{{- if and .Values.scheduler.extender.tls.mutual (not .Values.scheduler.extender.tls.enabled) .Values.scheduler.extender.enabled -}}
+{{- fail "scheduler.extender.tls.mutual=true needs scheduler.extender.tls.enabled=true: client certificates need HTTPS" -}}
+{{- end -}}
+{{- if and .Values.kubeScheduler.enabled .Values.hamiScheduler.caBundle -}}
+{{- if not (regexMatch "^[A-Za-z0-9+/]+=*$" .Values.hamiScheduler.caBundle) -}}
+{{- fail "hamiScheduler.caBundle must be the base64 of the PEM CA (base64 -w0 ca.crt), on one line" -}}
+{{- end -}}
 {{- end -}}
 {{- if and (include "hami-accounting.webhookServed" .) (not .Values.certManager.enabled) .Values.admission.admissionWebhook.caBundle -}}
 {{- if not (regexMatch "^[A-Za-z0-9+/]+=*$" .Values.admission.admissionWebhook.caBundle) -}}
@@ -316,6 +396,11 @@ ports:
   {{- if $root.Values.metrics.enabled }}
   - name: metrics
     containerPort: {{ include "hami-accounting.metricsPort" $daemon }}
+    protocol: TCP
+  {{- end }}
+  {{- if and (eq $daemon "scheduler") $root.Values.scheduler.extender.enabled }}
+  - name: extender
+    containerPort: {{ $root.Values.scheduler.extender.port }}
     protocol: TCP
   {{- end }}
 {{- end -}}
@@ -467,6 +552,12 @@ spec:
       targetPort: metrics
       protocol: TCP
     {{- end }}
+    {{- if and (eq $daemon "scheduler") $root.Values.scheduler.extender.enabled }}
+    - name: extender
+      port: {{ $root.Values.scheduler.extender.port }}
+      targetPort: extender
+      protocol: TCP
+    {{- end }}
 {{- end -}}
 
 {{/* With leader election, the recorders' metrics Service: headless, every replica whether
@@ -496,7 +587,8 @@ spec:
 {{- end }}
 {{- end -}}
 
-{{/* A daemon's ServiceAccount. Only the recorder talks to the API server. */}}
+{{/* A daemon's ServiceAccount. Only the recorder talks to the API server, and the scheduler
+when it serves the extender (it patches the pods it places). */}}
 {{- define "hami-accounting.serviceAccount" -}}
 {{- $root := index . 0 -}}
 {{- $daemon := index . 1 -}}
@@ -508,7 +600,8 @@ metadata:
   labels:
     {{- include "hami-accounting.labels" . | nindent 4 }}
   {{- with include "hami-accounting.annotations" $root }}{{ . | nindent 2 }}{{- end }}
-{{- if not (and (eq $daemon "usage") (eq $root.Values.usage.kubernetes "in-cluster")) }}
+{{- $api := or (and (eq $daemon "usage") (eq $root.Values.usage.kubernetes "in-cluster")) (and (eq $daemon "scheduler") $root.Values.scheduler.extender.enabled) -}}
+{{- if not $api }}
 # No API access: no RBAC and no token.
 automountServiceAccountToken: false
 {{- end }}
