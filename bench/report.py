@@ -88,6 +88,8 @@ def markdown(results: dict[str, Any], chart_name: str | None = CHART.name) -> st
     lines += _watch_lag_section(results.get("watch_lag"))
     lines += _many_watchers_section(results.get("many_watchers"))
     lines += _scheduler_scale_section(results.get("scheduler_scale"))
+    lines += _realistic_cluster_section(results.get("realistic_cluster"),
+                                        results.get("scheduler_scale"))
     lines += _profile_section(results.get("profiles") or {}, results["goals"])
     if chart_name:
         lines += ["", f"![benchmark chart]({chart_name})", ""]
@@ -351,6 +353,37 @@ def _profile_lines(prefix: str, data: dict[str, Any]) -> list[str]:
     ]
 
 
+def _realistic_cluster_section(real: dict[str, Any] | None,
+                               uniform: dict[str, Any] | None) -> list[str]:
+    if not real:
+        return []
+    lines = [
+        "",
+        "## The scheduler on a cluster that looks like a real one",
+        "",
+        "The same stack with one scheduler replica (bench/realistic_cluster.py): 8 cards per "
+        "node of one of three models (24, 40 and 80 GiB), about 60 % of the nodes carrying 1–4 "
+        "pods already, five namespaces with quotas, the Filter rotating through four pod "
+        f"shapes. {real['rounds']} rounds of [no-op RPC, Filter]; latencies in ms. Beside it, "
+        "the uniform cluster of the section above (identical, empty nodes) in the same run.",
+        "",
+        "| nodes | pods on the nodes | distinct node states | Filter p50 | Filter p99 | × no-op "
+        "p50 | no-op p50 | uniform cluster: Filter p50 | × no-op p50 |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    uniform_steps = (uniform or {}).get("steps", {})
+    for nodes, step in real["steps"].items():
+        figure, noop = step["filter"], step["noop"]
+        same = uniform_steps.get(nodes)
+        uniform_cells = (f"{same['filter']['p50_us'] / 1000:.2f} | {same['filter']['vs_noop']}"
+                         if same else "— | —")
+        lines.append(
+            f"| {int(nodes):,} | {step['background_pods']:,} | {step['distinct_states']:,} | "
+            f"{figure['p50_us'] / 1000:.2f} | {figure['p99_us'] / 1000:.2f} | "
+            f"{figure['vs_noop']} | {noop['p50_us'] / 1000:.2f} | {uniform_cells} |")
+    return lines
+
+
 def _profile_section(profiles: dict[str, Any], goals: list[dict[str, Any]]) -> list[str]:
     if not profiles:
         return []
@@ -358,6 +391,7 @@ def _profile_section(profiles: dict[str, Any], goals: list[dict[str, Any]]) -> l
     texts["filter_at_scale"] = "Filter at the largest node count (not a goal)"
     texts["scheduler_scale"] = ("Filter at 5,000 nodes, one caller on one of two scheduler "
                                 "replicas (issue 18's Filter goals)")
+    texts["realistic_cluster"] = "Filter at 5,000 nodes of the realistic cluster, one caller"
     lines = ["", "## Profiles", "",
              "Taken in the same run for every missed goal (and for Filter at scale)."
              " Shares are of py-spy samples; tracemalloc sizes are bytes per tracked pod.", ""]

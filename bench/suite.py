@@ -18,6 +18,9 @@ Layer: benchmark. Order of a run:
 6. the scheduler at scale (``bench.scheduler_scale``): Filter at 1,000 and 5,000 nodes in
    rounds with the no-op floor, 8 callers over 2 scheduler replicas with the double-booking
    check, the scheduler's memory and its cache's lag, and a profile of Filter at 5,000 nodes;
+   then the same node counts on a cluster that looks like a real one
+   (``bench.realistic_cluster``: three card sizes, most nodes carrying pods, quotas, four pod
+   shapes);
 7. the goals, as ratios measured in this run (a ratio goal is the median over rounds of the
    ratio of the two p50s, measured back to back); each missed goal is profiled (py-spy, or
    tracemalloc for memory) while its figure runs again.
@@ -44,6 +47,7 @@ from bench import (
     load,
     many_watchers,
     profiling,
+    realistic_cluster,
     recorder_scale,
     rpc,
     scheduler_scale,
@@ -430,14 +434,21 @@ def run(plan: Plan, *, keep_work_dir: bool = False) -> dict[str, Any]:
                 node_steps=plan.scheduler_nodes, replica_seconds=plan.replica_seconds,
                 lag_samples=plan.watch_lag_samples, profile_seconds=plan.profile_seconds,
                 log=_log)
+            realistic = realistic_cluster.run(
+                work_dir, plan.scheduler_rounds, plan.scheduler_budget,
+                node_steps=plan.scheduler_nodes, profile_seconds=plan.profile_seconds,
+                log=_log)
             goals = _goals(_goal_values(rpc_results, fit, scale, many))
             goals += scheduler_scale.goal_rows(scheduler, fit)
+            goals += realistic_cluster.goal_rows(realistic)
             profiles = _profile_misses(plan, goals, daemons, work_dir) \
                 if plan.profile_seconds else {}
             if many["profile"]:
                 profiles["record_pod_many_watchers_vs_noop"] = many["profile"]
             if "profile" in scheduler:
                 profiles["scheduler_scale"] = scheduler.pop("profile")
+            if "profile" in realistic:
+                profiles["realistic_cluster"] = realistic.pop("profile")
         finally:
             daemons.stop()
         results = {
@@ -462,6 +473,7 @@ def run(plan: Plan, *, keep_work_dir: bool = False) -> dict[str, Any]:
             "watch_lag": lag,
             "many_watchers": many,
             "scheduler_scale": scheduler,
+            "realistic_cluster": realistic,
             "profiles": profiles,
         }
     finally:

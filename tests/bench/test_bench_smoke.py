@@ -21,7 +21,8 @@ GOALS = {"check_quota_vs_noop", "record_pod_vs_noop", "filter_compute_us_per_nod
          "record_pod_many_watchers_vs_noop", "get_pod_usage_with_streams", "watch_lag_p99_ms",
          "bytes_per_stream", "filter_p50_small_ms", "filter_p50_large_ms", "filter_p99_over_p50",
          "filters_per_s_two_replicas", "fit_kernel_us_per_node", "scheduler_rss_mib",
-         "cache_lag_p50_ms"}
+         "cache_lag_p50_ms", "realistic_filter_vs_noop_small", "realistic_filter_vs_noop_large",
+         "realistic_filter_p50_small_ms", "realistic_filter_p50_large_ms"}
 MANY_WATCHERS = {"noop", "get_pod_usage", "get_pod_usage_watched", "record_pod_plain",
                  "record_pod_watched"}
 
@@ -37,7 +38,7 @@ def test_quick_run_writes_every_section(tmp_path: Path) -> None:
 
     results = json.loads((tmp_path / "latest.json").read_text())
     assert {"meta", "goals", "rpc", "fit", "recorder", "burst", "watch_lag", "profiles",
-            "scheduler_scale"} <= results.keys()
+            "scheduler_scale", "realistic_cluster"} <= results.keys()
     lag = results["watch_lag"]
     assert lag["missed"] == 0 and lag["p50_us"] is not None, lag
     assert results["meta"]["quick"] is True
