@@ -11,12 +11,22 @@ In rounds, one after the other, so that noise hits a figure and its baseline ali
 * RecordPod (journal on) on ``plain`` and on ``fleet`` (every write fans out to every stream).
 
 Then, on ``fleet``: how stale a watcher is (``bench.watch_lag``: a write's answer to its event at
-one more watcher), and the recorder's resident memory per open stream (VmRSS with the streams
-open and events flowing, less VmRSS before they were opened, over the number of streams).
+one more watcher), and the recorder's resident memory per open stream (``memory``).
+
+The memory per stream is what the streams add to VmRSS, over the number of streams: the growth
+of ``fleet`` from before the streams opened until they are open and have carried the events of
+``MEMORY_WRITES`` writes, less the growth of ``plain`` over as many writes, read at the same
+moments. The writes grow a recorder by themselves (with no stream open: 170 to 370 KiB over 300
+writes, 5 MB over 3,000 more, little of it Python objects; docs/watch-usage.md), and before
+that correction all of it was counted as the streams' (``bytes_per_stream_uncorrected`` keeps
+that figure, to compare with older runs). What is left is per connection as much as per stream
+(the fleet opens one connection per stream, as separate replicas do): gRPC's own memory for the
+connection and the call, the stream's Python objects, and what the allocators keep of the
+messages sent.
 
 ``python -m bench.many_watchers`` runs this alone and prints the goal ratios
 (``--rounds``, ``--watchers``, ``--lag-samples``, ``--seconds``, ``--fleet go|python``,
-``--out FILE`` for the JSON).
+``--out FILE`` for the JSON); ``--memory-only`` measures the memory alone (no rounds, no lag).
 """
 
 from __future__ import annotations
@@ -46,7 +56,10 @@ LAG_P99_LIMIT_US = 5000.0
 """The goal: a watcher has a write's event at most this long after its answer, p99."""
 MEMORY_WRITES = 300
 """RecordPods (then forgotten) with the streams open before the memory is read: every stream has
-had events, batches and its initial state, and the allocator has settled."""
+had events, batches and its initial state, and the allocator has settled. ``plain`` gets as
+many: the control the streams' growth is measured against."""
+SETTLE_S = 0.5
+"""Pause before a memory reading: the last events have left for their streams."""
 
 
 def _cpu_s(pid: int) -> float:
@@ -90,6 +103,42 @@ def _settle_writes(stack: rpc.Stack, count: int) -> None:
     stack.forget(tally.uids)
 
 
+def per_stream_bytes(watched_kib: tuple[int, int], plain_kib: tuple[int, int],
+                     watchers: int) -> float:
+    """Bytes of resident memory per stream: the watched recorder's VmRSS growth (before, after;
+    KiB) less the unwatched one's over the same writes, over ``watchers``."""
+    watched_growth = watched_kib[1] - watched_kib[0]
+    plain_growth = plain_kib[1] - plain_kib[0]
+    return round((watched_growth - plain_growth) * 1024 / watchers, 1)
+
+
+def measure_memory(plain: rpc.Stack, watched: rpc.Stack, watchers: int, work_dir: Path,
+                   go: bool) -> tuple[Fleet, dict[str, Any]]:
+    """Opens the fleet on ``watched`` and measures what its streams add (module docstring);
+    both stacks have had their nodes and ``MEMORY_WRITES`` writes. Returns the open fleet."""
+    time.sleep(SETTLE_S)
+    watched_before, plain_before = watched.usage.rss_kib(), plain.usage.rss_kib()
+    fleet = Fleet(watched.usage.address, watchers, work_dir, go=go)
+    try:
+        for stack in (watched, plain):
+            _settle_writes(stack, MEMORY_WRITES)
+        time.sleep(SETTLE_S)
+        watched_after, plain_after = watched.usage.rss_kib(), plain.usage.rss_kib()
+    except BaseException:
+        fleet.stop()
+        raise
+    return fleet, {
+        "rss_before_kib": watched_before,
+        "rss_with_streams_kib": watched_after,
+        "plain_rss_before_kib": plain_before,
+        "plain_rss_after_kib": plain_after,
+        "bytes_per_stream": per_stream_bytes(
+            (watched_before, watched_after), (plain_before, plain_after), watchers),
+        "bytes_per_stream_uncorrected": round(
+            (watched_after - watched_before) * 1024 / watchers, 1),
+    }
+
+
 def _profile(stack: rpc.Stack, fleet: Fleet, budget: load.Budget, seconds: float,
              work_dir: Path) -> dict[str, Any]:
     """py-spy on the watched recorder while RecordPod runs: the GIL holders, native frames
@@ -104,7 +153,8 @@ def _profile(stack: rpc.Stack, fleet: Fleet, budget: load.Budget, seconds: float
 
 def run(work_dir: Path, rounds: int, budget: load.Budget, *, watchers: int = WATCHERS,
         lag_samples: int = 300, profile_seconds: float = 0.0, go: bool = True,
-        log: Callable[[str], None] = print) -> dict[str, Any]:
+        memory_only: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every figure (module docstring); with ``memory_only`` the memory per stream alone."""
     log(f"many watchers: two recorders, {watchers} streams on one of them")
     plain = rpc.Stack("plain", work_dir, admission=False, scheduler=False)
     fleet_stack = rpc.Stack("fleet", work_dir, admission=False, scheduler=False, noop=False)
@@ -114,12 +164,9 @@ def run(work_dir: Path, rounds: int, budget: load.Budget, *, watchers: int = WAT
             stack.prepare_record_nodes()
             stack.grow(100)
             _settle_writes(stack, MEMORY_WRITES)
-        time.sleep(0.5)
-        rss_before_kib = fleet_stack.usage.rss_kib()
-        fleet = Fleet(fleet_stack.usage.address, watchers, work_dir, go=go)
-        _settle_writes(fleet_stack, MEMORY_WRITES)
-        time.sleep(0.5)
-        rss_after_kib = fleet_stack.usage.rss_kib()
+        fleet, memory = measure_memory(plain, fleet_stack, watchers, work_dir, go)
+        if memory_only:
+            return {"watchers": watchers, "fleet": {"kind": fleet.kind}, "memory": memory}
         assert plain.noop is not None
         measures: dict[str, Callable[[], dict[str, Any]]] = {
             "noop": lambda: load.run(plain.noop.address, rpc.noop_caller(), budget),  # type: ignore[union-attr]
@@ -169,11 +216,7 @@ def run(work_dir: Path, rounds: int, budget: load.Budget, *, watchers: int = WAT
             "errors": fleet_end["errors"],
         },
         "watch_lag": lag,
-        "memory": {
-            "rss_before_kib": rss_before_kib,
-            "rss_with_streams_kib": rss_after_kib,
-            "bytes_per_stream": round((rss_after_kib - rss_before_kib) * 1024 / watchers, 1),
-        },
+        "memory": memory,
         "profile": profile,
     }
 
@@ -201,13 +244,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--fleet", choices=("go", "python"), default="go",
                         help="the watchers' process (go falls back to python without Go)")
+    parser.add_argument("--memory-only", action="store_true",
+                        help="measure the memory per stream alone")
     args = parser.parse_args(argv)
     work_dir = Path(tempfile.mkdtemp(prefix="hami-bench-watchers-"))
     result = run(work_dir, args.rounds, load.Budget(args.seconds, 8, 3000, 30),
                  watchers=args.watchers, lag_samples=args.lag_samples,
-                 go=args.fleet == "go")
+                 go=args.fleet == "go", memory_only=args.memory_only)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
+    memory = result["memory"]
+    memory_line = (f"memory per open stream: {memory['bytes_per_stream']} B "
+                   f"({memory['bytes_per_stream_uncorrected']} B before subtracting the unwatched "
+                   f"recorder's growth over the same writes; fleet {result['fleet']['kind']})")
+    if args.memory_only:
+        print(memory_line)
+        return 0
     figures = result["figures"]
     for name in FIGURES:
         cpu = {k: v for k, v in figures[name].items() if k.endswith("cpu_us_per_call")}
@@ -220,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     lag = result["watch_lag"]
     print(f"watch lag with {result['watchers']} streams: p50 {lag['p50_us']} µs, p99 "
           f"{lag['p99_us']} µs, max {lag['max_us']} µs, missed {lag['missed']}")
-    print(f"memory per open stream: {result['memory']['bytes_per_stream']} B")
+    print(memory_line)
     print(f"fleet during the rounds: {result['fleet']}")
     return 0
 

@@ -156,8 +156,11 @@ def _many_watchers_section(many: dict[str, Any] | None) -> list[str]:
         f"its answer until one more watcher has its revision): p50 {lag['p50_us']} µs, p99 "
         f"{lag['p99_us']} µs, max {lag['max_us']} µs, {lag['missed']} missed. Resident memory "
         f"{memory['rss_before_kib']} KiB before the streams opened, "
-        f"{memory['rss_with_streams_kib']} KiB with them open and events sent: "
-        f"{memory['bytes_per_stream']} B per stream. Errors: "
+        f"{memory['rss_with_streams_kib']} KiB with them open and events sent, the unwatched "
+        f"recorder {memory['plain_rss_before_kib']} → {memory['plain_rss_after_kib']} KiB over "
+        f"the same writes: {memory['bytes_per_stream']} B per stream "
+        f"({memory['bytes_per_stream_uncorrected']} B counting the writes' own growth too). "
+        f"Errors: "
         f"{sum(f.get('errors', 0) for f in figures.values())} calls, streams {fleet['errors']}.",
     ]
     return lines

@@ -342,7 +342,10 @@ def _many_watchers_values(many: dict[str, Any]) -> dict[str, tuple[float, str]]:
         "bytes_per_stream": (
             memory["bytes_per_stream"],
             f"VmRSS {memory['rss_before_kib']} → {memory['rss_with_streams_kib']} KiB with "
-            f"{count} streams open and events sent"),
+            f"{count} streams open and events sent, less the unwatched recorder's growth over "
+            f"the same writes ({memory['plain_rss_before_kib']} → "
+            f"{memory['plain_rss_after_kib']} KiB; "
+            f"{memory['bytes_per_stream_uncorrected']} B per stream without it)"),
     }
 
 
