@@ -154,16 +154,25 @@ def _many_watchers_section(many: dict[str, Any] | None) -> list[str]:
         f"({events / messages if messages else 0:.1f} events per message: the batches). How "
         f"stale a watcher is with the streams open ({lag['samples']} writes, each timed from "
         f"its answer until one more watcher has its revision): p50 {lag['p50_us']} µs, p99 "
-        f"{lag['p99_us']} µs, max {lag['max_us']} µs, {lag['missed']} missed. Resident memory "
-        f"{memory['rss_before_kib']} KiB before the streams opened, "
-        f"{memory['rss_with_streams_kib']} KiB with them open and events sent, the unwatched "
-        f"recorder {memory['plain_rss_before_kib']} → {memory['plain_rss_after_kib']} KiB over "
-        f"the same writes: {memory['bytes_per_stream']} B per stream "
-        f"({memory['bytes_per_stream_uncorrected']} B counting the writes' own growth too). "
-        f"Errors: "
+        f"{lag['p99_us']} µs, max {lag['max_us']} µs, {lag['missed']} missed. "
+        f"{_stream_memory(memory)} Errors: "
         f"{sum(f.get('errors', 0) for f in figures.values())} calls, streams {fleet['errors']}.",
     ]
     return lines
+
+
+def _stream_memory(memory: dict[str, Any]) -> str:
+    """The sentence on the memory per stream; results written before the unwatched recorder's
+    growth was subtracted have no readings of it, and say so."""
+    opened = (f"Resident memory {memory['rss_before_kib']} KiB before the streams opened, "
+              f"{memory['rss_with_streams_kib']} KiB with them open and events sent")
+    if "plain_rss_before_kib" not in memory:
+        return (f"{opened}: {memory['bytes_per_stream']} B per stream (the writes' own growth "
+                "counted too: this run predates its subtraction).")
+    return (f"{opened}, the unwatched recorder {memory['plain_rss_before_kib']} → "
+            f"{memory['plain_rss_after_kib']} KiB over the same writes: "
+            f"{memory['bytes_per_stream']} B per stream "
+            f"({memory['bytes_per_stream_uncorrected']} B counting the writes' own growth too).")
 
 
 def _scheduler_scale_section(scale: dict[str, Any] | None) -> list[str]:
