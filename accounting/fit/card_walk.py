@@ -149,9 +149,14 @@ def _vendor_walks(
         picks = [p for p, reason in verdicts if reason is None]
         if topology:
             verdicts, picks = _topology_choice(verdicts, picks, ask.count, columns)
+        # A card in the order is listed once: where the walk met it, else as not tried (under
+        # numa-bind a card refused by UUID is in the order, since the walk checks the UUID
+        # after the NUMA node; one it did not reach was never checked).
+        in_order = set(order)
         cards: list[tuple[int, str]] = [
             *((p, reason or TAKEN) for p, reason in verdicts),
-            *((p, block) for p in ours if (block := blocks[p]) is not None and p not in walked),
+            *((p, block) for p in ours
+              if (block := blocks[p]) is not None and p not in walked and p not in in_order),
             *((p, NOT_TRIED) for p in order if p not in walked),
         ]
         refusal = ""

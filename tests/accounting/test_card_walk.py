@@ -134,3 +134,22 @@ def test_a_steady_container_charges_the_card_the_next_one_meets() -> None:
         ("a", [("g0", TAKEN)]), ("b", [("g0", "CardInsufficientMemory")]),
     ]
     assert walks[-1].refusal == fitted.reason == "1/1 CardInsufficientMemory"
+
+
+def test_under_numa_bind_a_card_refused_by_uuid_and_not_reached_is_shown_once() -> None:
+    # Found by the property test above: numa-bind puts a card refused by its UUID in the walk
+    # order (the walk checks the UUID after the NUMA node), and the walk took another card
+    # before it; it was shown twice, as CardUuidMismatch and as not tried.
+    node = _node(
+        Device("g0", "NVIDIA A10", 1, 1, 1000, 100),
+        Device("g1", "NVIDIA A10", 0, 1, 1000, 100),
+    )
+    pod = (PodBuilder("p").annotate(NUMA_BIND_ANNOTATION, "true")
+           .annotate(GPU_POLICY_ANNOTATION, "binpack").annotate("nvidia.com/nouse-gpuuuid", "g1")
+           .init("c0", req(mib=0)).build())
+    _, walks = card_walks(pod, node)
+    (walk,) = walks
+    assert [(card.uuid, card.verdict) for card in walk.cards] == [
+        ("g0", TAKEN), ("g1", NOT_TRIED),
+    ]
+    _shows_what_the_fit_decided(pod, node, "binpack", None)
