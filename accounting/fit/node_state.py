@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from accounting.fit.device_order import _device_order, device_score
-from accounting.model import DeviceState, DeviceUsage
+from accounting.model import Device, DeviceState, DeviceUsage
 
 
 class _NodeColumns:
@@ -144,6 +144,12 @@ class NodeState:
             object.__setattr__(self, "devices", tuple(self.devices))
         # Built once per snapshot; every pod fitted against this node reuses it.
         object.__setattr__(self, "_columns", _NodeColumns(self.devices))
+
+    @classmethod
+    def unused(cls, node_name: str, devices: Iterable[Device]) -> NodeState:
+        """The node with nothing charged on its devices (a Node object read alone: a template
+        node, or a manifest explained without the recorder)."""
+        return cls(node_name, tuple(DeviceState(device) for device in devices))
 
     @property
     def score(self) -> float:

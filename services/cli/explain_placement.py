@@ -29,7 +29,6 @@ from accounting.errors import InvalidInputError
 from accounting.fit import NodeFit, NodeState
 from accounting.fit.card_walk import ContainerWalk
 from accounting.kube.node_json import parse_node
-from accounting.model import DeviceState
 from accounting.vendors import VendorResources
 from hami.accounting.v1 import usage_pb2, usage_pb2_grpc
 from services.cli.tables import add_identifier_column
@@ -92,8 +91,7 @@ def _from_manifest(path: Path, vendors: Sequence[VendorResources]) -> NodeState:
     except InvalidInputError as error:
         problems = "; ".join(f"{v.path}: {v.message}" for v in error.violations)
         raise NodeSourceError(f"--node {path}: not a valid Node: {problems}") from None
-    return NodeState(registration.node_name,
-                     tuple(DeviceState(device) for device in registration.devices))
+    return NodeState.unused(registration.node_name, registration.devices)
 
 
 def placement_json(fitted: NodeFit, walks: Sequence[ContainerWalk]) -> Json:

@@ -51,7 +51,7 @@ from accounting.errors import InvalidInputError, Violations
 from accounting.fit import BINPACK, SPREAD, FitResult, NodeState, fit_pod
 from accounting.kube import pod_json
 from accounting.kube.node_json import parse_node
-from accounting.model import TRACEPARENT_ANNOTATION, DeviceState, Pod
+from accounting.model import TRACEPARENT_ANNOTATION, Pod
 from accounting.policy import AccountingPolicy
 from accounting.reasons import (
     NO_GPU_REQUEST,
@@ -288,12 +288,12 @@ def _span_attributes(args: ExtenderArgs) -> dict[str, Any]:
     return {
         key: value
         for key, value in (
-            ("hami.accounting.pod.uid", metadata.get("uid")),
-            ("hami.accounting.pod.namespace", metadata.get("namespace")),
-            ("hami.accounting.pod.name", metadata.get("name")),
-            ("hami.accounting.node_count",
+            (telemetry.ATTR_POD_UID, metadata.get("uid")),
+            (telemetry.ATTR_POD_NAMESPACE, metadata.get("namespace")),
+            (telemetry.ATTR_POD_NAME, metadata.get("name")),
+            (telemetry.ATTR_PREFIX + "node_count",
              len(args.node_names) if args.node_names is not None else len(args.nodes or ())),
-            ("hami.accounting.simulation", args.node_names is None),
+            (telemetry.ATTR_PREFIX + "simulation", args.node_names is None),
         )
         if isinstance(value, (str, int, bool))
     }
@@ -322,6 +322,5 @@ def _template_nodes(
         except InvalidInputError as error:
             refused[name] = "; ".join(f"{v.path}: {v.message}" for v in error.violations)
             continue
-        states.append(NodeState(registration.node_name,
-                                tuple(DeviceState(device) for device in registration.devices)))
+        states.append(NodeState.unused(registration.node_name, registration.devices))
     return states, refused
